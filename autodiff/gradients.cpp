@@ -1,0 +1,103 @@
+#include "autodiff/gradients.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/errors.hpp"
+
+namespace ktape {
+
+namespace {
+
+bool provably_same_shape(const Shape& a, const Shape& b) { return a.is_fully_defined() && a == b; }
+
+Tensor sum_grads(std::vector<Tensor>& gs) {
+  if (gs.size() == 1) return gs[0];
+  const Tensor& first = gs[0];
+  return make_node(Op::AddN, gs, {}, first.dtype());
+}
+
+}  // namespace
+
+std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& xs) {
+  ensure_ops_registered();
+  if (!loss.defined()) throw ValueError("K::gradients: `loss` is a null tensor");
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (!xs[i].defined())
+      throw ValueError("K::gradients: variables[" + std::to_string(i) + "] is a null tensor");
+  std::vector<Tensor> result(xs.size());
+  if (!is_floating(loss.dtype())) return result;
+
+  std::int64_t min_id = loss.id();
+  std::unordered_set<Node*> targets;
+  for (const auto& x : xs) {
+    min_id = std::min(min_id, x.id());
+    targets.insert(x.node_ptr().get());
+  }
+  // Nodes the loss depends on that were created no earlier than the first x.
+  std::vector<Node*> nodes;
+  {
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack{loss.node_ptr().get()};
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      if (n->id < min_id || !seen.insert(n).second) continue;
+      nodes.push_back(n);
+      if (n->eager_value.defined() && !targets.count(n)) continue;
+      for (auto& in : n->inputs) stack.push_back(in.node_ptr().get());
+    }
+  }
+  std::sort(nodes.begin(), nodes.end(), [](Node* a, Node* b) { return a->id < b->id; });
+  // Forward: which of them depend on some x.
+  std::unordered_set<Node*> on_path;
+  for (Node* n : nodes) {
+    bool p = targets.count(n) > 0;
+    if (!p && !n->eager_value.defined())
+      for (auto& in : n->inputs) p = p || on_path.count(in.node_ptr().get()) > 0;
+    if (p) on_path.insert(n);
+  }
+
+  std::unordered_map<Node*, std::vector<Tensor>> pending;
+  std::unordered_map<Node*, Tensor> total;
+  if (on_path.count(loss.node_ptr().get())) {
+    Attrs one;
+    one.floats = {1.0};
+    pending[loss.node_ptr().get()].push_back(
+        make_node(Op::FillLike, {loss}, std::move(one), loss.dtype()));
+  }
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    Node* n = *it;
+    if (!on_path.count(n)) continue;
+    auto pit = pending.find(n);
+    if (pit == pending.end()) continue;
+    Tensor g = sum_grads(pit->second);
+    pending.erase(pit);
+    if (targets.count(n)) total[n] = g;
+    const OpDef& def = op_def(n->op);
+    if (!def.grad || n->inputs.empty()) continue;
+    bool any_input_on_path = false;
+    for (auto& in : n->inputs)
+      any_input_on_path = any_input_on_path || on_path.count(in.node_ptr().get());
+    if (!any_input_on_path) continue;
+    const Tensor y(n->shared_from_this());
+    std::vector<Tensor> gs = def.grad(*n, y, g);
+    for (std::size_t i = 0; i < n->inputs.size() && i < gs.size(); ++i) {
+      const Tensor& in = n->inputs[i];
+      if (!gs[i].defined() || !on_path.count(in.node_ptr().get())) continue;
+      if (!is_floating(in.dtype())) continue;
+      Tensor gi = gs[i];
+      if (!provably_same_shape(gi.shape(), in.shape()))
+        gi = make_node(Op::SumToLike, {gi, in}, {}, gi.dtype());
+      pending[in.node_ptr().get()].push_back(gi);
+    }
+  }
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    auto it = total.find(xs[i].node_ptr().get());
+    if (it != total.end() && is_floating(xs[i].dtype())) result[i] = it->second;
+  }
+  return result;
+}
+
+}  // namespace ktape

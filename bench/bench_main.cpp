@@ -1,0 +1,91 @@
+// ktape benchmarks (Google Benchmark). Run: ./build/bench/bench_ktape
+//   BM_MlpStep/<batch>/<backend 0=cpu,1=reference>: one SGD step of the 784-256-128-10 MLP
+//   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
+//   BM_Gemm/<m>/<k>/<n>: MatMul at the MLP's shapes, reported in FLOP/s
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+
+#include "ktape/ktape.hpp"
+
+namespace K = ktape::backend;
+using ktape::DType;
+using ktape::NDArray;
+using ktape::Shape;
+
+namespace {
+
+const char* backend_name(int i) { return i == 0 ? "cpu" : "reference"; }
+
+void BM_MlpStep(benchmark::State& state) {
+  const auto batch = state.range(0);
+  const char* be = backend_name(static_cast<int>(state.range(1)));
+  auto x = K::placeholder({K::None, 784});
+  auto t = K::placeholder({K::None}, {.dtype = "int32"});
+  auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
+    const double l = std::sqrt(6.0 / static_cast<double>(a + b));
+    return K::random_uniform_variable({a, b}, -l, l, {.seed = s});
+  };
+  auto W1 = glorot(784, 256, 1), W2 = glorot(256, 128, 2), W3 = glorot(128, 10, 3);
+  auto b1 = K::zeros({256}), b2 = K::zeros({128}), b3 = K::zeros({10});
+  auto h1 = K::relu(K::dot(x, W1) + b1);
+  auto h2 = K::relu(K::dot(h1, W2) + b2);
+  auto p = K::softmax(K::dot(h2, W3) + b3);
+  auto loss = K::mean(K::sparse_categorical_crossentropy(t, p));
+  std::vector<ktape::Tensor> params{W1, b1, W2, b2, W3, b3};
+  auto g = K::gradients(loss, params);
+  std::vector<ktape::Tensor> ups;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    ups.push_back(K::update_sub(params[i], 0.01 * g[i]));
+  auto f = K::function({x, t}, {loss}, ups, {.backend = be});
+  NDArray xb = NDArray::full(Shape{batch, 784}, 0.5), tb(Shape{batch}, DType::int32);
+  for (std::int64_t i = 0; i < batch; ++i)
+    tb.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
+  std::vector<NDArray> ins{xb, tb}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.SetLabel(be);
+}
+BENCHMARK(BM_MlpStep)
+    ->Args({32, 0})
+    ->Args({128, 0})
+    ->Args({32, 1})
+    ->Args({128, 1})
+    ->Unit(benchmark::kMillisecond);
+
+void BM_Dispatch(benchmark::State& state) {
+  auto x = K::placeholder({1});
+  ktape::Tensor y = x;
+  for (int i = 0; i < 1000; ++i) y = (i % 2) ? y + 1.0 : y * 0.5;
+  auto f = K::function({x}, {y});
+  std::vector<NDArray> ins{NDArray::full(Shape{1}, 1.0)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.counters["ns_per_op"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 1000.0,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Dispatch)->Unit(benchmark::kMicrosecond);
+
+void BM_Gemm(benchmark::State& state) {
+  const auto m = state.range(0), k = state.range(1), n = state.range(2);
+  auto a = K::placeholder({m, k});
+  auto b = K::variable(NDArray::full(Shape{k, n}, 0.01));
+  auto f = K::function({a}, {K::dot(a, b)});
+  std::vector<NDArray> ins{NDArray::full(Shape{m, k}, 0.5)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.counters["FLOPS"] = benchmark::Counter(
+      2.0 * static_cast<double>(m * k * n) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Gemm)
+    ->Args({128, 784, 256})
+    ->Args({128, 256, 128})
+    ->Args({32, 784, 256})
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,518 @@
+#include "engine/function.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/backend.hpp"
+#include "engine/errors.hpp"
+
+namespace ktape {
+
+namespace {
+
+thread_local int t_eager = 0;
+
+void copy_kernel(const KernelCall& c) {
+  std::memcpy(c.out.data, c.in[0].data,
+              static_cast<std::size_t>(c.out.size) * dtype_size(c.out.dtype));
+}
+
+enum class Kind { kArena, kExternal, kFed };
+
+struct Value {
+  Node* node = nullptr;
+  Shape shape;
+  DType dtype = DType::float32;
+  std::int64_t size = 0;
+  std::size_t bytes = 0;
+  Kind kind = Kind::kArena;
+  std::size_t offset = 0;
+  void* ext = nullptr;
+  int fed = -1;
+  int root = -1;  // value that owns the buffer (itself unless an alias)
+  int last_use = -1;
+  bool pinned = false;
+};
+
+struct Step {
+  KernelFn fn = nullptr;
+  KernelCall call;
+  std::vector<ArrayRef> ins;
+  Node* node = nullptr;
+  int out = -1;
+  std::vector<int> in_values;
+};
+
+struct Commit {
+  void* dst;
+  int value;
+  std::size_t bytes;
+};
+
+struct Plan {
+  std::vector<Shape> sig;
+  std::vector<Value> values;
+  std::vector<Step> steps;
+  std::shared_ptr<void> arena;
+  std::size_t arena_bytes = 0;
+  std::vector<std::vector<ArrayRef*>> fed_refs;  // per fed input: step inputs to patch
+  std::vector<int> outputs;                      // value index of each output
+  std::vector<Commit> commits;
+  std::vector<void*> fed_ptrs;
+  bool lp_byte = false;
+};
+
+std::string describe(const Node& n) {
+  return "'" + n.name + "' (shape " + n.shape.str() + ", " + std::string(dtype_name(n.dtype)) + ")";
+}
+
+bool is_learning_phase(const Node& n) {
+  return n.op == Op::Placeholder && n.attrs.str == "learning_phase";
+}
+
+// First-fit allocator over arena offsets.
+class OffsetAllocator {
+ public:
+  std::size_t alloc(std::size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes) {
+        const std::size_t off = it->first;
+        if (it->second == bytes) {
+          free_.erase(it);
+        } else {
+          it->first += bytes;
+          it->second -= bytes;
+        }
+        return off;
+      }
+    }
+    // Grow: extend a free block touching the end, if any.
+    if (!free_.empty() && free_.back().first + free_.back().second == top_) {
+      const std::size_t off = free_.back().first;
+      free_.pop_back();
+      top_ = off + bytes;
+      return off;
+    }
+    const std::size_t off = top_;
+    top_ += bytes;
+    return off;
+  }
+  void release(std::size_t off, std::size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    auto it = std::lower_bound(free_.begin(), free_.end(), std::make_pair(off, std::size_t{0}));
+    it = free_.insert(it, {off, bytes});
+    // merge with next
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  std::size_t top() const { return top_; }
+
+ private:
+  std::vector<std::pair<std::size_t, std::size_t>> free_;
+  std::size_t top_ = 0;
+};
+
+void collect_assigns(Node* n, std::vector<Node*>& out) {
+  if (n->op == Op::Assign) {
+    out.push_back(n);
+  } else if (n->op == Op::Group) {
+    for (auto& t : n->inputs) collect_assigns(t.node_ptr().get(), out);
+  }
+}
+
+}  // namespace
+
+struct FunctionImpl {
+  std::vector<Tensor> inputs, outputs, updates;
+  std::vector<Node*> assigns;
+  const Backend* backend = nullptr;
+  mutable std::vector<std::unique_ptr<Plan>> plans;
+  mutable Plan* last = nullptr;
+
+  void validate_feed(const std::vector<NDArray>& fed) const;
+  Plan* find_plan(const std::vector<NDArray>& fed) const;
+  std::unique_ptr<Plan> compile(const std::vector<NDArray>& fed) const;
+  void execute(Plan& p, const std::vector<NDArray>& fed) const;
+  void* ptr(const Plan& p, int v) const {
+    const Value& val =
+        p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
+    switch (val.kind) {
+      case Kind::kArena:
+        return static_cast<char*>(p.arena.get()) + val.offset;
+      case Kind::kExternal:
+        return val.ext;
+      case Kind::kFed:
+        return p.fed_ptrs[static_cast<std::size_t>(val.fed)];
+    }
+    return nullptr;
+  }
+};
+
+Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+                   std::vector<Tensor> updates, FunctionOptions options) {
+  ensure_ops_registered();
+  auto impl = std::make_shared<FunctionImpl>();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      throw ValueError("K::function: inputs[" + std::to_string(i) + "] is a null tensor");
+    if (inputs[i].op() != Op::Placeholder)
+      throw ValueError("K::function: inputs[" + std::to_string(i) + "] " +
+                       describe(inputs[i].node()) +
+                       " is not a placeholder; only placeholders can be fed");
+    for (std::size_t j = 0; j < i; ++j)
+      if (inputs[j] == inputs[i])
+        throw ValueError("K::function: placeholder " + describe(inputs[i].node()) +
+                         " is listed twice in inputs");
+  }
+  for (std::size_t i = 0; i < outputs.size(); ++i)
+    if (!outputs[i].defined())
+      throw ValueError("K::function: outputs[" + std::to_string(i) +
+                       "] is a null tensor (K::gradients returns null for a variable the loss "
+                       "does not depend on)");
+  std::unordered_map<Node*, std::size_t> targets;
+  for (std::size_t i = 0; i < updates.size(); ++i) {
+    if (!updates[i].defined() || (updates[i].op() != Op::Assign && updates[i].op() != Op::Group))
+      throw ValueError("K::function: updates[" + std::to_string(i) +
+                       "] is not an update op; build updates with K::update, K::update_add, "
+                       "K::update_sub or K::moving_average_update");
+    std::vector<Node*> as;
+    collect_assigns(updates[i].node_ptr().get(), as);
+    for (Node* a : as) {
+      Node* var = a->inputs[0].node_ptr().get();
+      auto [it, inserted] = targets.emplace(var, i);
+      if (!inserted)
+        throw ValueError("K::function: variable " + describe(*var) + " is updated twice (updates[" +
+                         std::to_string(it->second) + "] and updates[" + std::to_string(i) +
+                         "]); a Function may assign each variable at most once");
+      impl->assigns.push_back(a);
+    }
+  }
+  impl->inputs = std::move(inputs);
+  impl->outputs = std::move(outputs);
+  impl->updates = std::move(updates);
+  impl->backend = options.backend.empty() ? &active_backend() : &backend_by_name(options.backend);
+  impl_ = std::move(impl);
+}
+
+const std::vector<Tensor>& Function::inputs() const { return impl_->inputs; }
+const std::vector<Tensor>& Function::outputs() const { return impl_->outputs; }
+std::size_t Function::num_plans() const { return impl_ ? impl_->plans.size() : 0; }
+std::size_t Function::arena_bytes() const {
+  return impl_ && impl_->last ? impl_->last->arena_bytes : 0;
+}
+
+void FunctionImpl::validate_feed(const std::vector<NDArray>& fed) const {
+  if (fed.size() != inputs.size())
+    throw ValueError("K::function: expected " + std::to_string(inputs.size()) +
+                     " input value(s), got " + std::to_string(fed.size()));
+  for (std::size_t i = 0; i < fed.size(); ++i) {
+    const Node& ph = inputs[i].node();
+    const NDArray& a = fed[i];
+    auto fail = [&](const std::string& what) {
+      throw ValueError("K::function: input " + std::to_string(i) + " for placeholder " +
+                       describe(ph) + " " + what);
+    };
+    if (!a.defined()) fail("was fed an empty NDArray");
+    if (a.dtype() != ph.dtype && !(is_learning_phase(ph) && a.ndim() == 0))
+      fail("was fed an array of dtype " + std::string(dtype_name(a.dtype())));
+    bool ok = a.ndim() == ph.shape.ndim();
+    for (int d = 0; ok && d < a.ndim(); ++d) ok = ph.shape[d] < 0 || ph.shape[d] == a.shape()[d];
+    if (!ok) fail("was fed an array of shape " + a.shape().str());
+  }
+}
+
+Plan* FunctionImpl::find_plan(const std::vector<NDArray>& fed) const {
+  auto matches = [&](const Plan& p) {
+    for (std::size_t i = 0; i < fed.size(); ++i)
+      if (p.sig[i] != fed[i].shape()) return false;
+    return true;
+  };
+  if (last && matches(*last)) return last;
+  for (auto& p : plans)
+    if (matches(*p)) return last = p.get();
+  plans.push_back(compile(fed));
+  return last = plans.back().get();
+}
+
+std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) const {
+  auto plan = std::make_unique<Plan>();
+  Plan& p = *plan;
+  for (const auto& a : fed) p.sig.push_back(a.shape());
+
+  // 1. Prune: nodes the outputs and updates need, in tape (id) order.
+  std::vector<Node*> order;
+  {
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack;
+    for (const auto& t : outputs) stack.push_back(t.node_ptr().get());
+    for (const auto& t : updates) stack.push_back(t.node_ptr().get());
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      if (!seen.insert(n).second) continue;
+      order.push_back(n);
+      if (n->eager_value.defined()) continue;
+      for (auto& in : n->inputs) stack.push_back(in.node_ptr().get());
+    }
+    std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->id < b->id; });
+  }
+
+  // 2. Values with concrete shapes.
+  std::unordered_map<Node*, int> index;
+  p.values.reserve(order.size() + assigns.size());
+  std::vector<Shape> in_shapes;
+  for (Node* n : order) {
+    Value v;
+    v.node = n;
+    v.dtype = n->dtype;
+    const int vi = static_cast<int>(p.values.size());
+    v.root = vi;
+    if (n->eager_value.defined()) {
+      v.kind = Kind::kExternal;
+      v.ext = n->eager_value.raw_data();
+      v.shape = n->eager_value.shape();
+    } else if (n->op == Op::Placeholder) {
+      int k = -1;
+      for (std::size_t i = 0; i < inputs.size(); ++i)
+        if (inputs[i].node_ptr().get() == n) k = static_cast<int>(i);
+      if (k >= 0) {
+        v.kind = Kind::kFed;
+        v.fed = k;
+        v.shape = fed[static_cast<std::size_t>(k)].shape();
+      } else if (n->value.defined()) {  // placeholder with a default (the learning phase)
+        v.kind = Kind::kExternal;
+        v.ext = n->value.raw_data();
+        v.shape = n->value.shape();
+      } else {
+        throw ValueError("K::function: you must feed a value for placeholder " + describe(*n) +
+                         ": it is needed by the outputs or updates but is not in inputs");
+      }
+    } else if (n->op == Op::Variable || n->op == Op::Constant) {
+      v.kind = Kind::kExternal;
+      v.ext = n->value.raw_data();
+      v.shape = n->value.shape();
+    } else {
+      in_shapes.clear();
+      for (auto& in : n->inputs)
+        in_shapes.push_back(
+            p.values[static_cast<std::size_t>(index.at(in.node_ptr().get()))].shape);
+      const OpDef& def = op_def(n->op);
+      v.shape = def.shape(*n, in_shapes);
+      if (!v.shape.is_fully_defined())
+        throw ValueError(std::string("K::function: could not infer the shape of ") + describe(*n) +
+                         " for the fed input shapes");
+      int alias = def.alias_input;
+      if (alias < 0 && def.alias_if_same_shape && in_shapes[0] == v.shape) alias = 0;
+      if (alias >= 0)
+        v.root = p.values[static_cast<std::size_t>(index.at(
+                              n->inputs[static_cast<std::size_t>(alias)].node_ptr().get()))]
+                     .root;
+    }
+    v.size = v.shape.num_elements();
+    v.bytes = static_cast<std::size_t>(v.size) * dtype_size(v.dtype);
+    index[n] = vi;
+    p.values.push_back(std::move(v));
+  }
+
+  // 3. Steps: every non-alias computed node; then snapshots for updates whose value lives
+  // outside the arena (a variable, constant or fed array could change before the commit).
+  auto add_step = [&](int vi, KernelFn fn, const std::vector<int>& ins) {
+    Step s;
+    s.fn = fn;
+    s.node = p.values[static_cast<std::size_t>(vi)].node;
+    s.out = vi;
+    s.in_values = ins;
+    p.steps.push_back(std::move(s));
+  };
+  for (std::size_t vi = 0; vi < p.values.size(); ++vi) {
+    Value& v = p.values[vi];
+    if (v.root != static_cast<int>(vi) || v.kind != Kind::kArena) continue;
+    Node* n = v.node;
+    const OpDef& def = op_def(n->op);
+    const DType kdt = def.dispatch_input < 0
+                          ? n->dtype
+                          : n->inputs[static_cast<std::size_t>(def.dispatch_input)].dtype();
+    KernelFn fn = find_kernel(*backend, n->op, kdt);
+    if (!fn)
+      throw NotImplementedError(std::string("K::function: no kernel for op ") + op_name(n->op) +
+                                " with dtype " + std::string(dtype_name(kdt)) + " (node " +
+                                describe(*n) + ") in backend '" + backend->name + "'");
+    std::vector<int> ins;
+    for (auto& in : n->inputs) ins.push_back(index.at(in.node_ptr().get()));
+    add_step(static_cast<int>(vi), fn, ins);
+  }
+  for (Node* a : assigns) {
+    const int vi = index.at(a);
+    int root = p.values[static_cast<std::size_t>(vi)].root;
+    if (p.values[static_cast<std::size_t>(root)].kind != Kind::kArena) {
+      Value snap = p.values[static_cast<std::size_t>(root)];
+      snap.kind = Kind::kArena;
+      snap.root = static_cast<int>(p.values.size());
+      snap.ext = nullptr;
+      snap.fed = -1;
+      p.values.push_back(snap);
+      add_step(snap.root, &copy_kernel, {root});
+      root = snap.root;
+    }
+    Node* var = a->inputs[0].node_ptr().get();
+    const Value& rv = p.values[static_cast<std::size_t>(root)];
+    if (rv.shape != var->value.shape() || rv.dtype != var->value.dtype())
+      throw ValueError("K::function: update of variable " + describe(*var) +
+                       " computes a value of shape " + rv.shape.str() + " and dtype " +
+                       std::string(dtype_name(rv.dtype)) +
+                       "; it must keep the variable's shape and dtype");
+    p.commits.push_back({var->value.raw_data(), root, rv.bytes});
+  }
+
+  // 4. Liveness and arena offsets.
+  for (std::size_t si = 0; si < p.steps.size(); ++si)
+    for (int in : p.steps[si].in_values) {
+      Value& r = p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(in)].root)];
+      r.last_use = std::max(r.last_use, static_cast<int>(si));
+    }
+  for (const auto& t : outputs) {
+    const int vi = index.at(t.node_ptr().get());
+    p.outputs.push_back(vi);
+    p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(vi)].root)].pinned = true;
+  }
+  for (const auto& c : p.commits) p.values[static_cast<std::size_t>(c.value)].pinned = true;
+  OffsetAllocator arena;
+  for (std::size_t si = 0; si < p.steps.size(); ++si) {
+    Value& out = p.values[static_cast<std::size_t>(p.steps[si].out)];
+    out.offset = arena.alloc(out.bytes);
+    if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead result
+    std::unordered_set<int> freed;
+    for (int in : p.steps[si].in_values) {
+      const int r = p.values[static_cast<std::size_t>(in)].root;
+      Value& rv = p.values[static_cast<std::size_t>(r)];
+      if (rv.kind == Kind::kArena && !rv.pinned && rv.last_use == static_cast<int>(si) &&
+          freed.insert(r).second)
+        arena.release(rv.offset, rv.bytes);
+    }
+    if (!out.pinned && out.last_use == static_cast<int>(si) && !freed.count(p.steps[si].out))
+      arena.release(out.offset, out.bytes);
+  }
+  p.arena_bytes = arena.top();
+  p.arena = aligned_buffer(p.arena_bytes);
+
+  // 5. Resolve pointers.
+  p.fed_refs.assign(inputs.size(), {});
+  p.fed_ptrs.assign(inputs.size(), nullptr);
+  for (auto& s : p.steps) {
+    s.ins.resize(s.in_values.size());
+    for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+      const Value& v = p.values[static_cast<std::size_t>(s.in_values[k])];
+      const Value& r = p.values[static_cast<std::size_t>(v.root)];
+      ArrayRef& a = s.ins[k];
+      a.dims = v.shape.dims().data();
+      a.ndim = v.shape.ndim();
+      a.size = v.size;
+      a.dtype = v.dtype;
+      if (r.kind == Kind::kFed)
+        a.data = nullptr;  // patched per call
+      else
+        a.data = ptr(p, s.in_values[k]);
+    }
+    const Value& o = p.values[static_cast<std::size_t>(s.out)];
+    s.call.in = s.ins.data();
+    s.call.n_in = static_cast<int>(s.ins.size());
+    s.call.out = ArrayRef{ptr(p, s.out), o.shape.dims().data(), o.shape.ndim(), o.size, o.dtype};
+    s.call.attrs = &s.node->attrs;
+    s.call.seed = s.node->seed;
+  }
+  for (auto& s : p.steps)
+    for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+      const Value& r = p.values[static_cast<std::size_t>(
+          p.values[static_cast<std::size_t>(s.in_values[k])].root)];
+      if (r.kind == Kind::kFed) p.fed_refs[static_cast<std::size_t>(r.fed)].push_back(&s.ins[k]);
+    }
+  return plan;
+}
+
+void FunctionImpl::execute(Plan& p, const std::vector<NDArray>& fed) const {
+  for (std::size_t i = 0; i < fed.size(); ++i) {
+    void* ptr_i = const_cast<void*>(fed[i].raw_data());
+    if (fed[i].dtype() != inputs[i].dtype()) {  // the learning phase fed as a number
+      p.lp_byte = fed[i].item(0) != 0.0;
+      ptr_i = &p.lp_byte;
+    }
+    p.fed_ptrs[i] = ptr_i;
+    for (ArrayRef* a : p.fed_refs[i]) a->data = ptr_i;
+  }
+  for (auto& s : p.steps) {
+    if (s.node->op == Op::RandomUniform || s.node->op == Op::RandomNormal ||
+        s.node->op == Op::TruncatedNormal || s.node->op == Op::DropoutMask)
+      s.call.counter = s.node->counter.fetch_add(1);
+    s.fn(s.call);
+    if (s.node->print_hook && s.fn != &copy_kernel) {
+      const Value& o = p.values[static_cast<std::size_t>(s.out)];
+      NDArray view(o.shape, o.dtype);
+      std::memcpy(view.raw_data(), s.call.out.data, o.bytes);
+      s.node->print_hook(view);
+    }
+  }
+}
+
+void Function::run(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const {
+  if (!impl_) throw ValueError("K::function: calling an empty Function");
+  const FunctionImpl& f = *impl_;
+  f.validate_feed(inputs);
+  Plan& p = *f.find_plan(inputs);
+  f.execute(p, inputs);
+  if (outputs.size() != p.outputs.size()) outputs.resize(p.outputs.size());
+  for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
+    NDArray& o = outputs[i];
+    if (!o.defined() || o.dtype() != v.dtype || o.shape() != v.shape) o = NDArray(v.shape, v.dtype);
+    std::memcpy(o.raw_data(), f.ptr(p, p.outputs[i]), v.bytes);
+  }
+  for (const auto& c : p.commits) std::memcpy(c.dst, f.ptr(p, c.value), c.bytes);
+}
+
+std::vector<NDArray> Function::operator()(const std::vector<NDArray>& inputs) const {
+  std::vector<NDArray> out;
+  run(inputs, out);
+  return out;
+}
+
+NDArray evaluate(const Tensor& t) {
+  Node& n = t.node();
+  if (n.eager_value.defined()) return n.eager_value.clone();
+  if (!n.concrete) {
+    std::vector<Node*> stack{&n};
+    std::unordered_set<Node*> seen;
+    while (!stack.empty()) {
+      Node* m = stack.back();
+      stack.pop_back();
+      if (!seen.insert(m).second) continue;
+      if (m->op == Op::Placeholder && !m->value.defined())
+        throw ValueError("K::eval: tensor " + describe(n) + " depends on placeholder " +
+                         describe(*m) + "; feed it through K::function");
+      for (auto& in : m->inputs) stack.push_back(in.node_ptr().get());
+    }
+  }
+  const bool is_update = n.op == Op::Assign || n.op == Op::Group;
+  Function f({}, {t}, is_update ? std::vector<Tensor>{t} : std::vector<Tensor>{});
+  return f({})[0];
+}
+
+bool in_eager_scope() { return t_eager > 0; }
+EagerScope::EagerScope(bool eager) : previous_(t_eager) { t_eager = eager ? 1 : 0; }
+EagerScope::~EagerScope() { t_eager = previous_; }
+
+}  // namespace ktape

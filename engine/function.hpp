@@ -1,0 +1,60 @@
+// Function: the compiled, cached executor behind K::function. One plan per input-shape
+// signature: pruned to what the outputs and updates need, kernels resolved once, buffers
+// planned by liveness in one 64-byte-aligned arena. A call allocates nothing but the arrays it
+// returns, and run() into caller-owned arrays allocates nothing at all.
+// Updates follow Keras: outputs and all new values are computed from the values variables had
+// when the call started; then every assignment is committed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/graph.hpp"
+#include "engine/ndarray.hpp"
+
+namespace ktape {
+
+struct FunctionOptions {
+  std::string backend;  // "" = the active backend; else "cpu", "reference" or a plugin path
+};
+
+class Function {
+ public:
+  Function() = default;
+  Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs, std::vector<Tensor> updates,
+           FunctionOptions options = {});
+
+  // Feeds `inputs` (same order as the placeholders) and returns the outputs.
+  std::vector<NDArray> operator()(const std::vector<NDArray>& inputs) const;
+  // Writes the outputs into `outputs`, reusing arrays whose shape and dtype already match.
+  void run(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const;
+
+  const std::vector<Tensor>& inputs() const;
+  const std::vector<Tensor>& outputs() const;
+  // Number of compiled plans (one per distinct input-shape signature seen so far).
+  std::size_t num_plans() const;
+  // Arena bytes of the most recently used plan (for tests and benchmarks).
+  std::size_t arena_bytes() const;
+
+ private:
+  std::shared_ptr<struct FunctionImpl> impl_;
+};
+
+// Evaluates a tensor that needs no fed placeholder (K::eval). Evaluating an update runs it.
+NDArray evaluate(const Tensor& t);
+
+// Eager scopes: inside one, every node that needs no placeholder is evaluated when it is built.
+bool in_eager_scope();
+class EagerScope {
+ public:
+  explicit EagerScope(bool eager = true);
+  ~EagerScope();
+  EagerScope(const EagerScope&) = delete;
+  EagerScope& operator=(const EagerScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace ktape

@@ -1,0 +1,139 @@
+#include "engine/graph.hpp"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/errors.hpp"
+#include "engine/function.hpp"
+
+namespace ktape {
+
+namespace {
+
+const char* const kOpNames[] = {
+#define KTAPE_OP_NAME(name) #name,
+    KTAPE_OP_LIST(KTAPE_OP_NAME)
+#undef KTAPE_OP_NAME
+};
+
+OpDef g_defs[kNumOps];
+std::atomic<std::int64_t> g_next_id{1};
+
+struct Tape {
+  std::mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<Node>> cse;
+  std::size_t inserts_since_purge = 0;
+};
+Tape& tape() {
+  static Tape t;
+  return t;
+}
+
+std::string cse_key(Op op, const std::vector<Tensor>& inputs, const Attrs& a, DType dtype) {
+  std::string k;
+  k.reserve(64);
+  auto put = [&k](const void* p, std::size_t n) { k.append(static_cast<const char*>(p), n); };
+  put(&op, sizeof op);
+  put(&dtype, sizeof dtype);
+  for (const auto& t : inputs) {
+    const std::int64_t id = t.id();
+    put(&id, sizeof id);
+  }
+  k.push_back('|');
+  for (auto v : a.ints) put(&v, sizeof v);
+  k.push_back('|');
+  for (auto v : a.floats) put(&v, sizeof v);
+  k.push_back('|');
+  k += a.str;
+  return k;
+}
+
+}  // namespace
+
+const char* op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
+
+Node& Tensor::node() const {
+  if (!node_)
+    throw ValueError(
+        "ktape: a null tensor was used as an operand. A null tensor is what K::gradients returns "
+        "for a variable the loss does not depend on (None in Keras).");
+  return *node_;
+}
+std::int64_t Tensor::id() const { return node().id; }
+const Shape& Tensor::shape() const { return node().shape; }
+DType Tensor::dtype() const { return node().dtype; }
+const std::string& Tensor::name() const { return node().name; }
+Op Tensor::op() const { return node().op; }
+
+OpDef& op_def(Op op) { return g_defs[static_cast<int>(op)]; }
+
+std::int64_t next_node_id() { return g_next_id.fetch_add(1); }
+
+void reset_tape() {
+  std::lock_guard<std::mutex> lock(tape().mu);
+  tape().cse.clear();
+}
+
+Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name, NDArray value) {
+  auto n = std::make_shared<Node>();
+  n->id = next_node_id();
+  n->op = op;
+  n->dtype = dtype;
+  n->shape = shape;
+  n->name = name;
+  n->value = std::move(value);
+  n->concrete = op != Op::Placeholder;
+  return Tensor(std::move(n));
+}
+
+Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                 const std::string& name) {
+  ensure_ops_registered();
+  const OpDef& def = op_def(op);
+  for (const auto& t : inputs) (void)t.node();  // null operands throw here, with a clear message
+  std::string key;
+  Tape& tp = tape();
+  if (def.pure) {
+    key = cse_key(op, inputs, attrs, dtype);
+    std::lock_guard<std::mutex> lock(tp.mu);
+    auto it = tp.cse.find(key);
+    if (it != tp.cse.end()) {
+      auto existing = it->second.lock();
+      // An eagerly evaluated node holds a value frozen at build time: share it only in eager
+      // scopes, and never hand a lazy node to an eager scope.
+      if (existing && existing->eager_value.defined() == in_eager_scope())
+        return Tensor(std::move(existing));
+    }
+  }
+  auto n = std::make_shared<Node>();
+  n->op = op;
+  n->dtype = dtype;
+  n->attrs = std::move(attrs);
+  n->inputs = std::move(inputs);
+  n->name = name.empty() ? std::string(op_name(op)) : name;
+  n->concrete = true;
+  for (const auto& t : n->inputs) {
+    n->concrete = n->concrete && t.node().concrete;
+    n->uses_learning_phase = n->uses_learning_phase || t.node().uses_learning_phase;
+  }
+  std::vector<Shape> in_shapes;
+  in_shapes.reserve(n->inputs.size());
+  for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
+  n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  n->id = next_node_id();
+  Tensor t(n);
+  if (def.pure) {
+    std::lock_guard<std::mutex> lock(tp.mu);
+    tp.cse[key] = n;
+    if (++tp.inserts_since_purge > 4096 && tp.cse.size() > 8192) {
+      tp.inserts_since_purge = 0;
+      for (auto it = tp.cse.begin(); it != tp.cse.end();)
+        it = it->second.expired() ? tp.cse.erase(it) : std::next(it);
+    }
+  }
+  if (n->concrete && in_eager_scope() && op != Op::Assign && op != Op::Group)
+    n->eager_value = evaluate(t);
+  return t;
+}
+
+}  // namespace ktape

@@ -1,0 +1,100 @@
+// The graph is the tape: every K:: call appends one Node. Node ids grow with creation, so
+// id order is a topological order. Tensor is a cheap shared handle to a Node.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/dtype.hpp"
+#include "engine/kernel_abi.hpp"
+#include "engine/ndarray.hpp"
+#include "engine/op_list.hpp"
+#include "engine/shape.hpp"
+
+namespace ktape {
+
+struct Node;
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<Node> n) : node_(std::move(n)) {}
+
+  bool defined() const { return node_ != nullptr; }
+  explicit operator bool() const { return defined(); }
+  Node& node() const;  // throws ValueError on a null tensor
+  const std::shared_ptr<Node>& node_ptr() const { return node_; }
+  std::int64_t id() const;
+  const Shape& shape() const;  // static shape, None for unknown dims
+  DType dtype() const;
+  int ndim() const { return shape().ndim(); }
+  const std::string& name() const;
+  Op op() const;
+  bool operator==(const Tensor& o) const { return node_ == o.node_; }
+  bool operator!=(const Tensor& o) const { return node_ != o.node_; }
+
+ private:
+  std::shared_ptr<Node> node_;
+};
+
+struct Node : std::enable_shared_from_this<Node> {
+  std::int64_t id = 0;
+  Op op = Op::Identity;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+  DType dtype = DType::float32;
+  Shape shape;
+  std::string name;
+  // Constant: the value. Variable: the persistent storage (updated in place by Functions).
+  NDArray value;
+  // Set when the value can be computed without any fed placeholder (constants, variables,
+  // random ops, and anything built only from those).
+  bool concrete = true;
+  bool uses_learning_phase = false;  // Keras's _uses_learning_phase
+  bool keras_history = false;        // Keras's _keras_history: set only by layer code, never by K::
+  std::uint64_t seed = 0;            // random ops
+  std::atomic<std::uint64_t> counter{0};            // random ops: calls so far
+  NDArray eager_value;                              // computed at creation inside an eager scope
+  std::function<void(const NDArray&)> print_hook;   // PrintTensor only
+  std::function<Tensor(const Tensor&)> constraint;  // Variable only (Keras's `constraint`)
+};
+
+// A gradient rule: given the node, its output tensor y and the incoming gradient g, returns one
+// tensor per input (a null Tensor where the input gets no gradient).
+using GradFn = std::vector<Tensor> (*)(const Node& node, const Tensor& y, const Tensor& g);
+// Shape inference, used at build time (static shapes with None) and again when a Function
+// compiles for concrete input shapes. Throws ValueError for bad arguments.
+using ShapeFn = Shape (*)(const Node& node, const std::vector<Shape>& in);
+
+struct OpDef {
+  ShapeFn shape = nullptr;
+  GradFn grad = nullptr;  // nullptr: not differentiable (every input gets a null gradient)
+  bool pure = true;       // may be hash-consed (same op, inputs, attrs -> same node)
+  // The output shares the buffer of this input (reshape-like ops, assignments): no kernel runs.
+  int alias_input = -1;
+  // The output shares input 0's buffer when their concrete shapes are equal (sum_to, broadcast_to).
+  bool alias_if_same_shape = false;
+  // Which input's dtype selects the kernel; -1 selects by the output dtype.
+  int dispatch_input = 0;
+};
+
+// The op table. Filled once by ops/registry.cpp (one explicit call per op family).
+OpDef& op_def(Op op);
+void ensure_ops_registered();
+
+// Appends a node (or returns an identical pure node already on the tape). Infers the shape.
+Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                 const std::string& name = "");
+// Source nodes (placeholder, variable, constant) with a given static shape.
+Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name,
+                   NDArray value = {});
+
+// Tape bookkeeping.
+std::int64_t next_node_id();
+void reset_tape();  // clear_session: forgets the hash-cons table; ids keep growing
+
+}  // namespace ktape

@@ -1,0 +1,18 @@
+// ktape: the Keras backend API in C++ on a tape-based reverse-mode autodiff engine.
+// The one header users include:   namespace K = ktape::backend;
+#pragma once
+
+#include "autodiff/gradcheck.hpp"
+#include "autodiff/gradients.hpp"
+#include "engine/dtype.hpp"
+#include "engine/errors.hpp"
+#include "engine/function.hpp"
+#include "engine/graph.hpp"
+#include "engine/ndarray.hpp"
+#include "engine/shape.hpp"
+#include "ops/control.hpp"
+#include "ops/core.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/layout.hpp"
+#include "ops/nn.hpp"
+#include "ops/reductions.hpp"

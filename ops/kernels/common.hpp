@@ -1,0 +1,77 @@
+// Internal helpers shared by the kernel files: typed views of ArrayRef, a deterministic
+// parallel_for over oneTBB, and broadcasting index arithmetic. Not a public header.
+#pragma once
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "engine/dtype.hpp"
+#include "engine/kernel_abi.hpp"
+
+namespace ktape::kernels {
+
+template <class T>
+inline T* ptr(const ArrayRef& a) {
+  return static_cast<T*>(a.data);
+}
+
+// Runs f(begin, end) over [0, n) in fixed chunks of `grain` items (so results never depend on
+// thread timing). Splits only when n * cost_per_item is worth it (~20 us of work on 2 cores).
+template <class F>
+inline void parallel_for(std::int64_t n, double cost_per_item, F&& f) {
+  constexpr double kMinWorkPerChunk = 40000.0;  // ~ a few tens of microseconds
+  const double total = static_cast<double>(n) * cost_per_item;
+  if (n <= 1 || total < 2 * kMinWorkPerChunk) {
+    if (n > 0) f(std::int64_t{0}, n);
+    return;
+  }
+  std::int64_t grain = static_cast<std::int64_t>(kMinWorkPerChunk / std::max(cost_per_item, 1e-9));
+  grain = std::max<std::int64_t>(grain, 1);
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, n, grain),
+      [&](const tbb::blocked_range<std::int64_t>& r) { f(r.begin(), r.end()); },
+      tbb::simple_partitioner());
+}
+
+// Strides (in elements) of `in` broadcast to an output of rank `rank`; 0 on broadcast axes.
+inline void broadcast_strides(const ArrayRef& in, int rank, const std::int64_t* out_dims,
+                              std::int64_t* strides) {
+  std::int64_t s = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    const int k = d - (rank - in.ndim);
+    if (k < 0) {
+      strides[d] = 0;
+      continue;
+    }
+    strides[d] = (in.dims[k] == 1 && out_dims[d] != 1) ? 0 : s;
+    s *= in.dims[k];
+  }
+}
+
+inline constexpr int kMaxRank = 12;
+
+// Row-major strides of a shape.
+inline void contiguous_strides(const std::int64_t* dims, int ndim, std::int64_t* strides) {
+  std::int64_t s = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= dims[d];
+  }
+}
+
+// Splits a shape around axis: outer * n * inner.
+inline void split_axis(const std::int64_t* dims, int ndim, int axis, std::int64_t& outer,
+                       std::int64_t& n, std::int64_t& inner) {
+  outer = 1;
+  inner = 1;
+  for (int d = 0; d < axis; ++d) outer *= dims[d];
+  n = dims[axis];
+  for (int d = axis + 1; d < ndim; ++d) inner *= dims[d];
+}
+
+}  // namespace ktape::kernels

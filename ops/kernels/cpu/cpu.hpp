@@ -1,0 +1,12 @@
+// Registration entry points of the cpu kernel families (Eigen + oneTBB).
+#pragma once
+
+namespace ktape {
+struct Backend;
+}
+
+namespace ktape::kernels {
+void register_cpu_matmul(Backend& b);
+void register_cpu_elementwise(Backend& b);
+void register_cpu_reduce(Backend& b);
+}  // namespace ktape::kernels

@@ -1,0 +1,190 @@
+// cpu elementwise kernels: flat parallel loops for same-shape, scalar and trailing-broadcast
+// (bias) operands; Eigen's vectorised exp/log/tanh; the generic strided loop otherwise.
+#define EIGEN_DONT_PARALLELIZE
+#include <Eigen/Core>
+
+#include "engine/backend.hpp"
+#include "engine/random.hpp"
+#include "ops/kernels/broadcast.hpp"
+#include "ops/kernels/common.hpp"
+#include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/functors.hpp"
+
+namespace ktape::kernels {
+
+namespace {
+
+template <class T>
+using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
+
+// b's dims equal the trailing dims of out (a bias-like operand); returns its length.
+bool is_suffix(const ArrayRef& b, const ArrayRef& out) {
+  if (b.ndim > out.ndim) return false;
+  for (int i = 0; i < b.ndim; ++i)
+    if (b.dims[i] != out.dims[out.ndim - b.ndim + i]) return false;
+  return true;
+}
+
+template <class T, class F>
+void binary_fast(const KernelCall& c, F f) {
+  const ArrayRef& a = c.in[0];
+  const ArrayRef& b = c.in[1];
+  const std::int64_t n = c.out.size;
+  const T* pa = ptr<T>(a);
+  const T* pb = ptr<T>(b);
+  using TO = std::conditional_t<std::is_same_v<decltype(f(T{}, T{})), bool>, bool, T>;
+  TO* y = ptr<TO>(c.out);
+  if (a.size == n && b.size == n) {
+    parallel_for(n, 1.0, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) y[i] = f(pa[i], pb[i]);
+    });
+  } else if (a.size == n && b.size == 1) {
+    const T s = pb[0];
+    parallel_for(n, 1.0, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) y[i] = f(pa[i], s);
+    });
+  } else if (b.size == n && a.size == 1) {
+    const T s = pa[0];
+    parallel_for(n, 1.0, [&](std::int64_t i0, std::int64_t i1) {
+      for (std::int64_t i = i0; i < i1; ++i) y[i] = f(s, pb[i]);
+    });
+  } else if (a.size == n && b.size > 0 && is_suffix(b, c.out)) {
+    const std::int64_t w = b.size, rows = n / w;
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[r * w + j], pb[j]);
+    });
+  } else if (b.size == n && a.size > 0 && is_suffix(a, c.out)) {
+    const std::int64_t w = a.size, rows = n / w;
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[j], pb[r * w + j]);
+    });
+  } else {
+    binary<T, T, TO>(c, f);
+  }
+}
+
+template <class T, class F>
+void binary_kernel(const KernelCall& c) {
+  binary_fast<T>(c, F{});
+}
+
+template <class T, class F>
+void unary_loop(const KernelCall& c, F f, double cost) {
+  const T* x = ptr<T>(c.in[0]);
+  T* y = ptr<T>(c.out);
+  parallel_for(c.out.size, cost, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) y[i] = f(x[i]);
+  });
+}
+
+template <class T, int Fn>  // 0 exp, 1 log, 2 tanh, 3 sqrt, 4 sigmoid
+void eigen_unary(const KernelCall& c) {
+  const T* x = ptr<T>(c.in[0]);
+  T* y = ptr<T>(c.out);
+  parallel_for(c.out.size, 8.0, [&](std::int64_t i0, std::int64_t i1) {
+    Eigen::Map<const Arr<T>> X(x + i0, i1 - i0);
+    Eigen::Map<Arr<T>> Y(y + i0, i1 - i0);
+    if constexpr (Fn == 0)
+      Y = X.exp();
+    else if constexpr (Fn == 1)
+      Y = X.log();
+    else if constexpr (Fn == 2)
+      Y = X.tanh();
+    else if constexpr (Fn == 3)
+      Y = X.sqrt();
+    else
+      Y = X.logistic();
+  });
+}
+
+template <class T>
+void relu_kernel(const KernelCall& c) {
+  const auto& f = c.attrs->floats;
+  unary_loop<T>(c, ReluF{f[0], f[1], f[2]}, 1.0);
+}
+template <class T>
+void relu_grad_kernel(const KernelCall& c) {
+  const auto& f = c.attrs->floats;
+  binary_fast<T>(c, ReluGradF{f[0], f[1], f[2]});
+}
+template <class T>
+void clip_kernel(const KernelCall& c) {
+  const T lo = static_cast<T>(c.attrs->floats[0]), hi = static_cast<T>(c.attrs->floats[1]);
+  unary_loop<T>(
+      c, [lo, hi](T v) { return v < lo ? lo : (v > hi ? hi : v); }, 1.0);
+}
+template <class T>
+void neg_kernel(const KernelCall& c) {
+  unary_loop<T>(
+      c, [](T v) { return -v; }, 1.0);
+}
+template <class T>
+void square_kernel(const KernelCall& c) {
+  unary_loop<T>(
+      c, [](T v) { return v * v; }, 1.0);
+}
+
+template <class T>
+void add_n_kernel(const KernelCall& c) {
+  T* y = ptr<T>(c.out);
+  parallel_for(c.out.size, static_cast<double>(c.n_in), [&](std::int64_t i0, std::int64_t i1) {
+    const T* p0 = ptr<T>(c.in[0]);
+    for (std::int64_t i = i0; i < i1; ++i) y[i] = p0[i];
+    for (int k = 1; k < c.n_in; ++k) {
+      const T* pk = ptr<T>(c.in[k]);
+      for (std::int64_t i = i0; i < i1; ++i) y[i] += pk[i];
+    }
+  });
+}
+
+template <class T>
+void dropout_mask_kernel(const KernelCall& c) {
+  const double keep = 1.0 - c.attrs->floats[0];
+  const T scale = static_cast<T>(1.0 / keep);
+  const std::uint64_t key = rng::stream_key(c.seed, c.counter);
+  T* y = ptr<T>(c.out);
+  parallel_for(c.out.size, 3.0, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i)
+      y[i] = rng::uniform_at(key, static_cast<std::uint64_t>(i)) < keep ? scale : T(0);
+  });
+}
+
+template <class T>
+void register_float(Backend& b) {
+  constexpr DType dt = dtype_of<T>;
+  b.set(Op::Add, dt, &binary_kernel<T, AddF>);
+  b.set(Op::Sub, dt, &binary_kernel<T, SubF>);
+  b.set(Op::Mul, dt, &binary_kernel<T, MulF>);
+  b.set(Op::Div, dt, &binary_kernel<T, DivF>);
+  b.set(Op::Maximum, dt, &binary_kernel<T, MaxF>);
+  b.set(Op::Minimum, dt, &binary_kernel<T, MinF>);
+  b.set(Op::Greater, dt, &binary_kernel<T, GtF>);
+  b.set(Op::GreaterEqual, dt, &binary_kernel<T, GeF>);
+  b.set(Op::Less, dt, &binary_kernel<T, LtF>);
+  b.set(Op::LessEqual, dt, &binary_kernel<T, LeF>);
+  b.set(Op::Equal, dt, &binary_kernel<T, EqF>);
+  b.set(Op::NotEqual, dt, &binary_kernel<T, NeF>);
+  b.set(Op::Exp, dt, &eigen_unary<T, 0>);
+  b.set(Op::Log, dt, &eigen_unary<T, 1>);
+  b.set(Op::Tanh, dt, &eigen_unary<T, 2>);
+  b.set(Op::Sqrt, dt, &eigen_unary<T, 3>);
+  b.set(Op::Sigmoid, dt, &eigen_unary<T, 4>);
+  b.set(Op::Relu, dt, &relu_kernel<T>);
+  b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);
+  b.set(Op::Clip, dt, &clip_kernel<T>);
+  b.set(Op::Neg, dt, &neg_kernel<T>);
+  b.set(Op::Square, dt, &square_kernel<T>);
+  b.set(Op::AddN, dt, &add_n_kernel<T>);
+  b.set(Op::DropoutMask, dt, &dropout_mask_kernel<T>);
+}
+
+}  // namespace
+
+void register_cpu_elementwise(Backend& b) {
+  register_float<float>(b);
+  register_float<double>(b);
+}
+
+}  // namespace ktape::kernels

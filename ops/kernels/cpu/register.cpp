@@ -1,0 +1,18 @@
+// The cpu backend: reference kernels first (so the table is complete), then the cpu overrides.
+#include "engine/backend.hpp"
+#include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/reference/reference.hpp"
+
+namespace ktape {
+
+void register_cpu_kernels(Backend& b) {
+  kernels::register_reference_elementwise(b);
+  kernels::register_reference_reduce(b);
+  kernels::register_reference_nn(b);
+  kernels::register_reference_layout(b);
+  kernels::register_cpu_matmul(b);
+  kernels::register_cpu_elementwise(b);
+  kernels::register_cpu_reduce(b);
+}
+
+}  // namespace ktape

@@ -1,0 +1,195 @@
+// Scalar definitions of the elementwise ops, shared by the reference and cpu kernels so both
+// backends compute the same formula. Half computes in float.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "engine/dtype.hpp"
+
+namespace ktape::kernels {
+
+template <class T>
+using Compute = std::conditional_t<std::is_same_v<T, Half>, float, T>;
+
+struct NegF {
+  template <class C>
+  C operator()(C x) const {
+    return static_cast<C>(-x);
+  }
+};
+struct SquareF {
+  template <class C>
+  C operator()(C x) const {
+    return static_cast<C>(x * x);
+  }
+};
+struct SqrtF {
+  template <class C>
+  C operator()(C x) const {
+    return std::sqrt(x);
+  }
+};
+struct ExpF {
+  template <class C>
+  C operator()(C x) const {
+    return std::exp(x);
+  }
+};
+struct LogF {
+  template <class C>
+  C operator()(C x) const {
+    return std::log(x);
+  }
+};
+struct AbsF {
+  template <class C>
+  C operator()(C x) const {
+    if constexpr (std::is_unsigned_v<C>)
+      return x;
+    else
+      return x < 0 ? static_cast<C>(-x) : x;
+  }
+};
+struct SignF {
+  template <class C>
+  C operator()(C x) const {
+    return static_cast<C>((x > C(0)) - (x < C(0)));
+  }
+};
+struct RoundF {  // half to even, like np.round and tf.round
+  template <class C>
+  C operator()(C x) const {
+    return std::nearbyint(x);
+  }
+};
+struct SigmoidF {
+  template <class C>
+  C operator()(C x) const {
+    if (x >= 0) return C(1) / (C(1) + std::exp(-x));
+    const C e = std::exp(x);
+    return e / (C(1) + e);
+  }
+};
+struct TanhF {
+  template <class C>
+  C operator()(C x) const {
+    return std::tanh(x);
+  }
+};
+
+// relu(x, alpha, max_value, threshold) as Keras 2.2.4 on TF: for x > threshold, x (clipped to
+// [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
+// 0 at x == threshold.
+struct ReluF {
+  double alpha, max_value, threshold;
+  template <class C>
+  C operator()(C x) const {
+    const double v = static_cast<double>(x);
+    if (v > threshold) {
+      if (std::isfinite(max_value))
+        return static_cast<C>(v < 0 ? 0.0 : (v > max_value ? max_value : v));
+      return x;
+    }
+    if (v < threshold) return static_cast<C>(alpha * (v - threshold));
+    return C(0);
+  }
+};
+// d relu / dx times g (one-sided choices at kinks follow TF: 0 at x == threshold and at the clip
+// bounds' outer side).
+struct ReluGradF {
+  double alpha, max_value, threshold;
+  template <class C>
+  C operator()(C x, C g) const {
+    const double v = static_cast<double>(x);
+    if (v > threshold) {
+      if (std::isfinite(max_value) && (v < 0 || v >= max_value)) return C(0);
+      return g;
+    }
+    if (v < threshold) return static_cast<C>(alpha * static_cast<double>(g));
+    return C(0);
+  }
+};
+
+struct AddF {
+  template <class C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a + b);
+  }
+};
+struct SubF {
+  template <class C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a - b);
+  }
+};
+struct MulF {
+  template <class C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a * b);
+  }
+};
+struct DivF {
+  template <class C>
+  C operator()(C a, C b) const {
+    return static_cast<C>(a / b);
+  }
+};
+struct MaxF {
+  template <class C>
+  C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
+    }
+    return a >= b ? a : b;
+  }
+};
+struct MinF {
+  template <class C>
+  C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<C>::quiet_NaN();
+    }
+    return a <= b ? a : b;
+  }
+};
+struct EqF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a == b;
+  }
+};
+struct NeF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a != b;
+  }
+};
+struct GtF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a > b;
+  }
+};
+struct GeF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a >= b;
+  }
+};
+struct LtF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a < b;
+  }
+};
+struct LeF {
+  template <class C>
+  bool operator()(C a, C b) const {
+    return a <= b;
+  }
+};
+
+}  // namespace ktape::kernels

@@ -1,0 +1,127 @@
+// Reference kernels for matmul and the layout ops.
+// MatMul attrs: ints = {transpose_a, transpose_b}; 2-D operands.
+// Transpose attrs: ints = perm. Concat attrs: ints = {axis}.
+// ConcatPart(g, x0..xn-1) attrs: ints = {axis, k}: the slice of g that concatenation took from xk.
+#include "engine/backend.hpp"
+#include "ops/kernels/common.hpp"
+#include "ops/kernels/functors.hpp"
+#include "ops/kernels/reference/reference.hpp"
+
+namespace ktape::kernels {
+
+namespace {
+
+template <class T>
+void matmul_kernel(const KernelCall& c) {
+  using C = Compute<T>;
+  const bool ta = c.attrs->ints[0] != 0, tb = c.attrs->ints[1] != 0;
+  const ArrayRef& a = c.in[0];
+  const ArrayRef& b = c.in[1];
+  const std::int64_t m = c.out.dims[0], n = c.out.dims[1];
+  const std::int64_t k = ta ? a.dims[0] : a.dims[1];
+  const T* pa = ptr<T>(a);
+  const T* pb = ptr<T>(b);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      C s = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const C av = static_cast<C>(ta ? pa[p * m + i] : pa[i * k + p]);
+        const C bv = static_cast<C>(tb ? pb[j * k + p] : pb[p * n + j]);
+        s += av * bv;
+      }
+      y[i * n + j] = static_cast<T>(s);
+    }
+}
+
+template <class T>
+void transpose_kernel(const KernelCall& c) {
+  const ArrayRef& in = c.in[0];
+  const int r = in.ndim;
+  std::int64_t in_strides[kMaxRank], src_strides[kMaxRank], idx[kMaxRank] = {};
+  contiguous_strides(in.dims, r, in_strides);
+  for (int d = 0; d < r; ++d)
+    src_strides[d] = in_strides[c.attrs->ints[static_cast<std::size_t>(d)]];
+  const T* x = ptr<T>(in);
+  T* y = ptr<T>(c.out);
+  std::int64_t s = 0;
+  for (std::int64_t i = 0; i < c.out.size; ++i) {
+    y[i] = x[s];
+    for (int d = r - 1; d >= 0; --d) {
+      ++idx[d];
+      s += src_strides[d];
+      if (idx[d] < c.out.dims[d]) break;
+      s -= src_strides[d] * c.out.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+void concat_kernel(const KernelCall& c) {
+  const int axis = static_cast<int>(c.attrs->ints[0]);
+  std::int64_t outer, n_out, inner;
+  split_axis(c.out.dims, c.out.ndim, axis, outer, n_out, inner);
+  T* y = ptr<T>(c.out);
+  std::int64_t off = 0;
+  for (int k = 0; k < c.n_in; ++k) {
+    const std::int64_t nk = c.in[k].dims[axis];
+    const T* x = ptr<T>(c.in[k]);
+    for (std::int64_t o = 0; o < outer; ++o)
+      for (std::int64_t j = 0; j < nk * inner; ++j)
+        y[(o * n_out + off) * inner + j] = x[o * nk * inner + j];
+    off += nk;
+  }
+}
+
+template <class T>
+void concat_part_kernel(const KernelCall& c) {
+  const int axis = static_cast<int>(c.attrs->ints[0]);
+  const int part = static_cast<int>(c.attrs->ints[1]);
+  const ArrayRef& g = c.in[0];
+  std::int64_t outer, n_g, inner;
+  split_axis(g.dims, g.ndim, axis, outer, n_g, inner);
+  std::int64_t off = 0;
+  for (int k = 0; k < part; ++k) off += c.in[1 + k].dims[axis];
+  const std::int64_t nk = c.out.dims[axis];
+  const T* pg = ptr<T>(g);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t j = 0; j < nk * inner; ++j)
+      y[o * nk * inner + j] = pg[(o * n_g + off) * inner + j];
+}
+
+template <class... Ts>
+struct TypeList {};
+
+template <class... Ts>
+void reg_numeric(Backend& b, TypeList<Ts...>) {
+  (b.set(Op::MatMul, dtype_of<Ts>, &matmul_kernel<Ts>), ...);
+}
+template <class... Ts>
+void reg_all(Backend& b, TypeList<Ts...>) {
+  (b.set(Op::Transpose, dtype_of<Ts>, &transpose_kernel<Ts>), ...);
+  (b.set(Op::Concat, dtype_of<Ts>, &concat_kernel<Ts>), ...);
+  (b.set(Op::ConcatPart, dtype_of<Ts>, &concat_part_kernel<Ts>), ...);
+}
+
+}  // namespace
+
+void register_reference_layout(Backend& b) {
+  reg_numeric(b, TypeList<Half, float, double, std::int32_t, std::int64_t>{});
+  reg_all(b, TypeList<Half, float, double, std::int8_t, std::int16_t, std::int32_t, std::int64_t,
+                      std::uint8_t, bool>{});
+}
+
+void register_reference_all(Backend& b) {
+  register_reference_elementwise(b);
+  register_reference_reduce(b);
+  register_reference_nn(b);
+  register_reference_layout(b);
+}
+
+}  // namespace ktape::kernels
+
+namespace ktape {
+void register_reference_kernels(Backend& b) { kernels::register_reference_all(b); }
+}  // namespace ktape

@@ -1,0 +1,133 @@
+// Reference kernels for softmax, the fused softmax cross-entropy, one_hot and random ops.
+// Softmax/LogSoftmax attrs: ints = {axis}. SparseSoftmaxCE(labels, logits): class axis last.
+// OneHot attrs: ints = {depth}. Random ops attrs: floats = {a, b} (low/high or mean/stddev).
+// DropoutMask attrs: floats = {level}; the mask holds 0 or 1/(1-level).
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "engine/backend.hpp"
+#include "engine/errors.hpp"
+#include "engine/random.hpp"
+#include "ops/kernels/common.hpp"
+#include "ops/kernels/functors.hpp"
+#include "ops/kernels/reference/reference.hpp"
+
+namespace ktape::kernels {
+
+std::int64_t read_index(const ArrayRef& a, std::int64_t i) {
+  return visit_dtype(a.dtype, [&](auto t) -> std::int64_t {
+    using T = decltype(t);
+    return static_cast<std::int64_t>(static_cast<Compute<T>>(ptr<T>(a)[i]));
+  });
+}
+
+namespace {
+
+template <class T, bool Log>
+void softmax_kernel(const KernelCall& c) {
+  using C = Compute<T>;
+  const ArrayRef& in = c.in[0];
+  std::int64_t outer, n, inner;
+  split_axis(in.dims, in.ndim, static_cast<int>(c.attrs->ints[0]), outer, n, inner);
+  const T* x = ptr<T>(in);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t k = 0; k < inner; ++k) {
+      const std::int64_t base = o * n * inner + k;
+      C m = -std::numeric_limits<C>::infinity();
+      for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<C>(x[base + j * inner]));
+      C s = 0;
+      for (std::int64_t j = 0; j < n; ++j) s += std::exp(static_cast<C>(x[base + j * inner]) - m);
+      const C ls = std::log(s);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const C v = static_cast<C>(x[base + j * inner]) - m;
+        y[base + j * inner] = static_cast<T>(Log ? v - ls : std::exp(v) / s);
+      }
+    }
+}
+
+// loss[i] = logsumexp(logits[i, :]) - logits[i, label[i]]
+template <class T>
+void sparse_softmax_ce_kernel(const KernelCall& c) {
+  using C = Compute<T>;
+  const ArrayRef& labels = c.in[0];
+  const ArrayRef& logits = c.in[1];
+  const std::int64_t n_cls = logits.dims[logits.ndim - 1];
+  const std::int64_t rows = c.out.size;
+  const T* z = ptr<T>(logits);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = read_index(labels, r);
+    if (t < 0 || t >= n_cls)
+      throw ValueError("sparse_categorical_crossentropy: target " + std::to_string(t) + " at row " +
+                       std::to_string(r) + " is out of range [0, " + std::to_string(n_cls) + ")");
+    const T* row = z + r * n_cls;
+    C m = -std::numeric_limits<C>::infinity();
+    for (std::int64_t j = 0; j < n_cls; ++j) m = std::max(m, static_cast<C>(row[j]));
+    C s = 0;
+    for (std::int64_t j = 0; j < n_cls; ++j) s += std::exp(static_cast<C>(row[j]) - m);
+    y[r] = static_cast<T>(m + std::log(s) - static_cast<C>(row[t]));
+  }
+}
+
+template <class T>
+void one_hot_kernel(const KernelCall& c) {
+  const std::int64_t depth = c.attrs->ints[0];
+  T* y = ptr<T>(c.out);
+  for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = static_cast<T>(Compute<T>(0));
+  for (std::int64_t r = 0; r < c.in[0].size; ++r) {
+    const std::int64_t t = read_index(c.in[0], r);
+    if (t >= 0 && t < depth) y[r * depth + t] = static_cast<T>(Compute<T>(1));
+  }
+}
+
+template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal
+void random_kernel(const KernelCall& c) {
+  const double a = c.attrs->floats[0], b = c.attrs->floats[1];
+  T* y = ptr<T>(c.out);
+  for (std::int64_t i = 0; i < c.out.size; ++i) {
+    const auto u = static_cast<std::uint64_t>(i);
+    double v;
+    if constexpr (Kind == 0)
+      v = a + (b - a) * rng::uniform(c.seed, c.counter, u);
+    else if constexpr (Kind == 1)
+      v = a + b * rng::normal(c.seed, c.counter, u);
+    else
+      v = a + b * rng::truncated_normal(c.seed, c.counter, u);
+    y[i] = static_cast<T>(static_cast<Compute<T>>(v));
+  }
+}
+
+template <class T>
+void dropout_mask_kernel(const KernelCall& c) {
+  const double level = c.attrs->floats[0];
+  const double keep = 1.0 - level;
+  const auto scale = static_cast<Compute<T>>(1.0 / keep);
+  T* y = ptr<T>(c.out);
+  const std::uint64_t key = rng::stream_key(c.seed, c.counter);
+  for (std::int64_t i = 0; i < c.out.size; ++i)
+    y[i] = static_cast<T>(
+        rng::uniform_at(key, static_cast<std::uint64_t>(i)) < keep ? scale : Compute<T>(0));
+}
+
+template <class... Ts>
+struct TypeList {};
+
+template <class... Ts>
+void reg(Backend& b, TypeList<Ts...>) {
+  (b.set(Op::Softmax, dtype_of<Ts>, &softmax_kernel<Ts, false>), ...);
+  (b.set(Op::LogSoftmax, dtype_of<Ts>, &softmax_kernel<Ts, true>), ...);
+  (b.set(Op::SparseSoftmaxCE, dtype_of<Ts>, &sparse_softmax_ce_kernel<Ts>), ...);
+  (b.set(Op::OneHot, dtype_of<Ts>, &one_hot_kernel<Ts>), ...);
+  (b.set(Op::RandomUniform, dtype_of<Ts>, &random_kernel<Ts, 0>), ...);
+  (b.set(Op::RandomNormal, dtype_of<Ts>, &random_kernel<Ts, 1>), ...);
+  (b.set(Op::TruncatedNormal, dtype_of<Ts>, &random_kernel<Ts, 2>), ...);
+  (b.set(Op::DropoutMask, dtype_of<Ts>, &dropout_mask_kernel<Ts>), ...);
+}
+
+}  // namespace
+
+void register_reference_nn(Backend& b) { reg(b, TypeList<Half, float, double>{}); }
+
+}  // namespace ktape::kernels

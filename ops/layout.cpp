@@ -1,0 +1,326 @@
+#include "ops/layout.hpp"
+
+#include <algorithm>
+
+#include "ops/core.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/op_util.hpp"
+
+namespace ktape::backend {
+
+namespace {
+
+using G = std::vector<Tensor>;
+constexpr std::int64_t kCopyDim0 = -2;  // Reshape target entry: "dim 0 of the input"
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  Attrs at;
+  at.ints = {ta ? 1 : 0, tb ? 1 : 0};
+  return make_node(Op::MatMul, {a, b}, std::move(at), a.dtype());
+}
+
+Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
+  const bool ta = n.attrs.ints[0] != 0, tb = n.attrs.ints[1] != 0;
+  const Shape& a = in[0];
+  const Shape& b = in[1];
+  if (a.ndim() != 2 || b.ndim() != 2)
+    throw ValueError("K::dot: matmul needs 2-D operands, got " + a.str() + " and " + b.str());
+  const std::int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
+  const std::int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
+  if (ka >= 0 && kb >= 0 && ka != kb)
+    throw ValueError("K::dot: shapes " + a.str() + " and " + b.str() +
+                     " are not aligned: " + std::to_string(ka) + " (dim " + (ta ? "0" : "1") +
+                     ") != " + std::to_string(kb) + " (dim " + (tb ? "1" : "0") + ")");
+  return Shape{m, nn};
+}
+
+G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
+  const Tensor& a = n.inputs[0];
+  const Tensor& b = n.inputs[1];
+  const bool ta = n.attrs.ints[0] != 0, tb = n.attrs.ints[1] != 0;
+  if (!ta && !tb) return {matmul(g, b, false, true), matmul(a, g, true, false)};
+  if (ta && !tb) return {matmul(b, g, false, true), matmul(a, g, false, false)};
+  if (!ta && tb) return {matmul(g, b, false, false), matmul(g, a, true, false)};
+  return {matmul(b, g, true, true), matmul(g, a, true, true)};
+}
+
+Shape transpose_rule(const Node& n, const std::vector<Shape>& in) {
+  std::vector<std::int64_t> s;
+  for (auto p : n.attrs.ints) s.push_back(in[0][static_cast<int>(p)]);
+  return Shape(std::move(s));
+}
+G transpose_grad(const Node& n, const Tensor&, const Tensor& g) {
+  std::vector<int> inv(n.attrs.ints.size());
+  for (std::size_t i = 0; i < inv.size(); ++i)
+    inv[static_cast<std::size_t>(n.attrs.ints[i])] = static_cast<int>(i);
+  return {permute_dimensions(g, inv)};
+}
+
+Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
+  const Shape& x = in[0];
+  std::vector<std::int64_t> s = n.attrs.ints;
+  int infer = -1;
+  std::int64_t known = 1;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == kCopyDim0) s[i] = x[0];
+    if (s[i] == -1 && n.attrs.ints[i] == -1)
+      infer = static_cast<int>(i);
+    else if (s[i] >= 0)
+      known *= s[i];
+  }
+  const std::int64_t total = x.num_elements();
+  bool unknown_target = false;
+  for (std::size_t i = 0; i < s.size(); ++i)
+    if (s[i] < 0 && static_cast<int>(i) != infer) unknown_target = true;
+  if (total >= 0 && !unknown_target) {
+    if (infer >= 0) {
+      if (known == 0 || total % known != 0)
+        throw ValueError("K::reshape: cannot reshape a tensor of shape " + x.str() + " (" +
+                         std::to_string(total) + " elements) into " + Shape(n.attrs.ints).str());
+      s[static_cast<std::size_t>(infer)] = total / known;
+    } else if (known != total) {
+      throw ValueError("K::reshape: cannot reshape a tensor of shape " + x.str() + " (" +
+                       std::to_string(total) + " elements) into " + Shape(n.attrs.ints).str());
+    }
+  } else if (infer >= 0) {
+    s[static_cast<std::size_t>(infer)] = None;
+    // batch_flatten-style targets: dim 0 copied and the rest of x known.
+    const bool copies_dim0 =
+        std::find(n.attrs.ints.begin(), n.attrs.ints.end(), kCopyDim0) != n.attrs.ints.end();
+    std::int64_t rest = 1;
+    bool rest_known = x.ndim() >= 1;
+    for (int d = 1; d < x.ndim(); ++d) {
+      if (x[d] < 0)
+        rest_known = false;
+      else
+        rest *= x[d];
+    }
+    std::int64_t others = 1;
+    bool others_known = true;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      if (static_cast<int>(i) == infer || n.attrs.ints[i] == kCopyDim0) continue;
+      if (s[i] < 0)
+        others_known = false;
+      else
+        others *= s[i];
+    }
+    if (copies_dim0 && rest_known && others_known && others > 0 && rest % others == 0)
+      s[static_cast<std::size_t>(infer)] = rest / others;
+  }
+  return Shape(std::move(s));
+}
+G reshape_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {make_node(Op::ReshapeLike, {g, n.inputs[0]}, {}, g.dtype())};
+}
+Shape reshape_like_rule(const Node& n, const std::vector<Shape>& in) {
+  const std::int64_t a = in[0].num_elements(), b = in[1].num_elements();
+  if (a >= 0 && b >= 0 && a != b)
+    throw ValueError(ops::fn_name(n.op) + ": cannot reshape " + in[0].str() + " to " + in[1].str());
+  return in[1];
+}
+G reshape_like_grad(const Node& n, const Tensor&, const Tensor& gg) {
+  return {make_node(Op::ReshapeLike, {gg, n.inputs[0]}, {}, gg.dtype()), Tensor()};
+}
+
+Shape expand_rule(const Node& n, const std::vector<Shape>& in) {
+  std::vector<std::int64_t> s = in[0].dims();
+  for (auto a : n.attrs.ints) s.insert(s.begin() + a, 1);
+  return Shape(std::move(s));
+}
+Shape squeeze_rule(const Node& n, const std::vector<Shape>& in) {
+  std::vector<std::int64_t> s;
+  for (int d = 0; d < in[0].ndim(); ++d) {
+    if (std::find(n.attrs.ints.begin(), n.attrs.ints.end(), d) != n.attrs.ints.end()) {
+      if (in[0][d] != 1 && in[0][d] != None)
+        throw ValueError("K::squeeze: cannot squeeze axis " + std::to_string(d) + " of shape " +
+                         in[0].str() + ": its size is not 1");
+      continue;
+    }
+    s.push_back(in[0][d]);
+  }
+  return Shape(std::move(s));
+}
+G expand_grad(const Node& n, const Tensor&, const Tensor& g) {
+  Attrs at = n.attrs;
+  return {make_node(Op::SqueezeAxes, {g}, std::move(at), g.dtype())};
+}
+G squeeze_grad(const Node& n, const Tensor&, const Tensor& g) {
+  Attrs at = n.attrs;
+  return {make_node(Op::ExpandAxes, {g}, std::move(at), g.dtype())};
+}
+
+Shape concat_rule(const Node& n, const std::vector<Shape>& in) {
+  const int axis = static_cast<int>(n.attrs.ints[0]);
+  std::vector<std::int64_t> s = in[0].dims();
+  for (std::size_t k = 1; k < in.size(); ++k) {
+    if (in[k].ndim() != in[0].ndim())
+      throw ValueError("K::concatenate: all tensors must have the same rank; got " + in[0].str() +
+                       " and " + in[k].str());
+    for (int d = 0; d < in[0].ndim(); ++d) {
+      auto& sd = s[static_cast<std::size_t>(d)];
+      if (d == axis) {
+        sd = (sd < 0 || in[k][d] < 0) ? None : sd + in[k][d];
+      } else if (sd >= 0 && in[k][d] >= 0 && sd != in[k][d]) {
+        throw ValueError("K::concatenate: shapes " + in[0].str() + " and " + in[k].str() +
+                         " differ on axis " + std::to_string(d) + " (concatenation axis " +
+                         std::to_string(axis) + ")");
+      } else if (sd < 0) {
+        sd = in[k][d];
+      }
+    }
+  }
+  return Shape(std::move(s));
+}
+G concat_grad(const Node& n, const Tensor&, const Tensor& g) {
+  G r;
+  for (std::size_t k = 0; k < n.inputs.size(); ++k) {
+    std::vector<Tensor> ins{g};
+    ins.insert(ins.end(), n.inputs.begin(), n.inputs.end());
+    Attrs at;
+    at.ints = {n.attrs.ints[0], static_cast<std::int64_t>(k)};
+    r.push_back(make_node(Op::ConcatPart, std::move(ins), std::move(at), g.dtype()));
+  }
+  return r;
+}
+Shape concat_part_rule(const Node& n, const std::vector<Shape>& in) {
+  return in[static_cast<std::size_t>(1 + n.attrs.ints[1])];
+}
+G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
+  const int axis = static_cast<int>(n.attrs.ints[0]);
+  const std::size_t k = static_cast<std::size_t>(n.attrs.ints[1]);
+  std::vector<Tensor> parts;
+  for (std::size_t i = 1; i < n.inputs.size(); ++i)
+    parts.push_back(i - 1 == k ? gg : zeros_like(n.inputs[i], {.dtype = dtype(gg)}));
+  G r(n.inputs.size());
+  Attrs at;
+  at.ints = {axis};
+  r[0] = make_node(Op::Concat, std::move(parts), std::move(at), gg.dtype());
+  return r;
+}
+
+}  // namespace
+
+Tensor dot(const Tensor& x, const Tensor& y) {
+  ops::check_same_dtype("K::dot", x, y);
+  if (x.dtype() == DType::bool_) throw TypeError("K::dot: not defined for bool tensors");
+  if (x.ndim() < 2 || y.ndim() < 2)
+    throw ValueError("K::dot: both operands need rank >= 2 (as tf.matmul), got " + x.shape().str() +
+                     " and " + y.shape().str());
+  if (x.ndim() == 2 && y.ndim() == 2) return matmul(x, y, false, false);
+  const Shape& xs = x.shape();
+  const Shape& ys = y.shape();
+  const std::int64_t k = xs[xs.ndim() - 1];
+  const std::int64_t ky = ys[ys.ndim() - 2];
+  if (k >= 0 && ky >= 0 && k != ky)
+    throw ValueError("K::dot: shapes " + xs.str() + " and " + ys.str() +
+                     " are not aligned: " + std::to_string(k) + " != " + std::to_string(ky));
+  if (!ys.is_fully_defined() || k < 0)
+    throw ValueError("K::dot: for n-D operands the shape of y " + ys.str() +
+                     " and the last dim of x " + xs.str() + " must be known");
+  int x_unknown = 0;
+  for (int i = 0; i < xs.ndim() - 1; ++i) x_unknown += xs[i] < 0;
+  if (x_unknown > 1)
+    throw ValueError("K::dot: x " + xs.str() + " may have at most one unknown dim");
+  // Move y's contraction axis first: (k, rest...) -> (k, prod(rest)).
+  std::vector<int> perm{ys.ndim() - 2};
+  for (int i = 0; i < ys.ndim() - 2; ++i) perm.push_back(i);
+  perm.push_back(ys.ndim() - 1);
+  const Tensor y2 = reshape(permute_dimensions(y, perm), {k, -1});
+  const Tensor x2 = reshape(x, {-1, k});
+  const Tensor r = matmul(x2, y2, false, false);
+  std::vector<std::int64_t> out;
+  for (int i = 0; i < xs.ndim() - 1; ++i) out.push_back(xs[i] < 0 ? -1 : xs[i]);
+  for (int i = 0; i < ys.ndim() - 2; ++i) out.push_back(ys[i]);
+  out.push_back(ys[ys.ndim() - 1]);
+  return reshape(r, out);
+}
+
+Tensor transpose(const Tensor& x) {
+  std::vector<int> perm;
+  for (int i = x.ndim() - 1; i >= 0; --i) perm.push_back(i);
+  return permute_dimensions(x, perm);
+}
+
+Tensor permute_dimensions(const Tensor& x, const std::vector<int>& pattern) {
+  if (static_cast<int>(pattern.size()) != x.ndim())
+    throw ValueError("K::permute_dimensions: pattern of length " + std::to_string(pattern.size()) +
+                     " for a tensor of shape " + x.shape().str());
+  std::vector<bool> seen(pattern.size(), false);
+  bool ident = true;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const int p = pattern[i];
+    if (p < 0 || p >= x.ndim() || seen[static_cast<std::size_t>(p)])
+      throw ValueError("K::permute_dimensions: pattern is not a permutation of 0.." +
+                       std::to_string(x.ndim() - 1));
+    seen[static_cast<std::size_t>(p)] = true;
+    ident = ident && p == static_cast<int>(i);
+  }
+  if (ident) return x;
+  Attrs at;
+  at.ints.assign(pattern.begin(), pattern.end());
+  return make_node(Op::Transpose, {x}, std::move(at), x.dtype());
+}
+
+Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
+  int n_infer = 0;
+  for (auto d : shape) {
+    if (d == -1) ++n_infer;
+    if (d < -1)
+      throw ValueError("K::reshape: invalid target dim " + std::to_string(d) + " in " +
+                       Shape(shape).str());
+  }
+  if (n_infer > 1)
+    throw ValueError("K::reshape: can only infer one unknown dim (-1), got " + Shape(shape).str());
+  Attrs at;
+  at.ints = shape;
+  return make_node(Op::Reshape, {x}, std::move(at), x.dtype());
+}
+Tensor flatten(const Tensor& x) { return reshape(x, {-1}); }
+Tensor batch_flatten(const Tensor& x) {
+  if (x.ndim() < 1) throw ValueError("K::batch_flatten: x must have rank >= 1");
+  Attrs at;
+  at.ints = {kCopyDim0, -1};
+  return make_node(Op::Reshape, {x}, std::move(at), x.dtype());
+}
+Tensor expand_dims(const Tensor& x, int axis) {
+  const int r = x.ndim();
+  if (axis < -(r + 1) || axis > r)
+    throw ValueError("K::expand_dims: axis " + std::to_string(axis) +
+                     " out of range for a tensor of shape " + x.shape().str());
+  Attrs at;
+  at.ints = {axis < 0 ? axis + r + 1 : axis};
+  return make_node(Op::ExpandAxes, {x}, std::move(at), x.dtype());
+}
+Tensor squeeze(const Tensor& x, int axis) {
+  Attrs at;
+  at.ints = {normalize_axis(axis, x.ndim(), "K::squeeze")};
+  return make_node(Op::SqueezeAxes, {x}, std::move(at), x.dtype());
+}
+Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
+  if (tensors.empty()) throw ValueError("K::concatenate: needs at least one tensor");
+  for (const auto& t : tensors) ops::check_same_dtype("K::concatenate", tensors[0], t);
+  if (tensors[0].ndim() == 0) throw ValueError("K::concatenate: cannot concatenate scalars");
+  const int a = normalize_axis(axis, tensors[0].ndim(), "K::concatenate");
+  if (tensors.size() == 1) return tensors[0];
+  Attrs at;
+  at.ints = {a};
+  return make_node(Op::Concat, tensors, std::move(at), tensors[0].dtype());
+}
+
+}  // namespace ktape::backend
+
+namespace ktape::ops {
+
+void register_layout_ops() {
+  using namespace ktape::backend;
+  op_def(Op::MatMul) = {&matmul_rule, &matmul_grad, true, -1, false, 0};
+  op_def(Op::Transpose) = {&transpose_rule, &transpose_grad, true, -1, false, 0};
+  op_def(Op::Reshape) = {&reshape_rule, &reshape_grad, true, 0, false, 0};
+  op_def(Op::ReshapeLike) = {&reshape_like_rule, &reshape_like_grad, true, 0, false, 0};
+  op_def(Op::ExpandAxes) = {&expand_rule, &expand_grad, true, 0, false, 0};
+  op_def(Op::SqueezeAxes) = {&squeeze_rule, &squeeze_grad, true, 0, false, 0};
+  op_def(Op::Concat) = {&concat_rule, &concat_grad, true, -1, false, 0};
+  op_def(Op::ConcatPart) = {&concat_part_rule, &concat_part_grad, true, -1, false, 0};
+}
+
+}  // namespace ktape::ops

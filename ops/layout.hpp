@@ -1,0 +1,24 @@
+// K:: linear algebra and layout: dot, transpose, permute_dimensions, reshape, flatten,
+// batch_flatten, expand_dims, squeeze, concatenate.
+#pragma once
+
+#include <vector>
+
+#include "engine/graph.hpp"
+
+namespace ktape::backend {
+
+// 2-D: matrix product. n-D (Theano/numpy semantics): contracts x's last axis with y's
+// second-to-last; result shape x.shape[:-1] + y.shape[:-2] + y.shape[-1:].
+Tensor dot(const Tensor& x, const Tensor& y);
+Tensor transpose(const Tensor& x);  // reverses all axes
+Tensor permute_dimensions(const Tensor& x, const std::vector<int>& pattern);
+// One dim may be -1 (inferred at run time). Shares the input's buffer.
+Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape);
+Tensor flatten(const Tensor& x);        // rank 1
+Tensor batch_flatten(const Tensor& x);  // (batch, prod(rest))
+Tensor expand_dims(const Tensor& x, int axis = -1);
+Tensor squeeze(const Tensor& x, int axis);  // the axis must have size 1
+Tensor concatenate(const std::vector<Tensor>& tensors, int axis = -1);
+
+}  // namespace ktape::backend

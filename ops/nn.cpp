@@ -1,0 +1,219 @@
+#include "ops/nn.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "ops/core.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/layout.hpp"
+#include "ops/op_util.hpp"
+#include "ops/reductions.hpp"
+
+namespace ktape::backend {
+
+namespace {
+
+using G = std::vector<Tensor>;
+
+Tensor last_axis_expand(const Tensor& g) {
+  Attrs at;
+  at.ints = {g.ndim()};
+  return make_node(Op::ExpandAxes, {g}, std::move(at), g.dtype());
+}
+
+Tensor softmax_like(Op op, const Tensor& x, int axis, const char* fn) {
+  ops::check_float(fn, "x", x);
+  if (x.ndim() == 0) throw ValueError(std::string(fn) + ": cannot apply softmax to a scalar");
+  Attrs at;
+  at.ints = {normalize_axis(axis, x.ndim(), fn)};
+  return make_node(op, {x}, std::move(at), x.dtype());
+}
+
+Tensor log_softmax(const Tensor& x, int axis) {
+  return softmax_like(Op::LogSoftmax, x, axis, "K::log_softmax");
+}
+
+G relu_grad(const Node& n, const Tensor&, const Tensor& g) {
+  Attrs at = n.attrs;
+  return {make_node(Op::ReluGrad, {n.inputs[0], g}, std::move(at), g.dtype())};
+}
+G relu_grad_grad(const Node& n, const Tensor&, const Tensor& gg) {
+  Attrs at = n.attrs;
+  return {Tensor(), make_node(Op::ReluGrad, {n.inputs[0], gg}, std::move(at), gg.dtype())};
+}
+G sigmoid_grad(const Node&, const Tensor& y, const Tensor& g) { return {g * (y * (1.0 - y))}; }
+G tanh_grad(const Node&, const Tensor& y, const Tensor& g) { return {g * (1.0 - square(y))}; }
+G softmax_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const int axis = static_cast<int>(n.attrs.ints[0]);
+  return {y * (g - sum(g * y, axis, true))};
+}
+G log_softmax_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const int axis = static_cast<int>(n.attrs.ints[0]);
+  return {g - exp(y) * sum(g, axis, true)};
+}
+G sparse_ce_grad(const Node& n, const Tensor&, const Tensor& g) {
+  const Tensor& labels = n.inputs[0];
+  const Tensor& logits = n.inputs[1];
+  const int classes = static_cast<int>(logits.shape()[logits.ndim() - 1]);
+  const Tensor p = softmax(logits, -1);
+  Attrs at;
+  at.ints = {classes};
+  const Tensor hot = make_node(Op::OneHot, {labels}, std::move(at), logits.dtype());
+  return {Tensor(), (p - hot) * last_axis_expand(g)};
+}
+
+Shape sparse_ce_rule(const Node&, const std::vector<Shape>& in) {
+  const Shape& t = in[0];
+  const Shape& o = in[1];
+  bool ok = t.ndim() == o.ndim() - 1;
+  for (int i = 0; ok && i < t.ndim(); ++i) ok = t[i] < 0 || o[i] < 0 || t[i] == o[i];
+  if (!ok)
+    throw ValueError("K::sparse_categorical_crossentropy: target of shape " + t.str() +
+                     " does not match output of shape " + o.str() +
+                     " (expected output's shape without its class axis)");
+  std::vector<std::int64_t> s = t.dims();
+  for (int i = 0; i < t.ndim(); ++i)
+    if (s[static_cast<std::size_t>(i)] < 0) s[static_cast<std::size_t>(i)] = o[i];
+  return Shape(std::move(s));
+}
+Shape one_hot_rule(const Node& n, const std::vector<Shape>& in) {
+  std::vector<std::int64_t> s = in[0].dims();
+  s.push_back(n.attrs.ints[0]);
+  return Shape(std::move(s));
+}
+Shape dropout_mask_rule(const Node& n, const std::vector<Shape>& in) {
+  if (n.attrs.ints.empty() && n.attrs.str.empty()) return in[0];
+  const Shape& x = in[0];
+  if (static_cast<int>(n.attrs.ints.size()) != x.ndim())
+    throw ValueError("K::dropout: noise_shape has rank " + std::to_string(n.attrs.ints.size()) +
+                     " but x has shape " + x.str());
+  std::vector<std::int64_t> s = n.attrs.ints;
+  for (int i = 0; i < x.ndim(); ++i) {
+    auto& d = s[static_cast<std::size_t>(i)];
+    if (d < 0) d = x[i];
+    if (d != 1 && d >= 0 && x[i] >= 0 && d != x[i])
+      throw ValueError("K::dropout: noise_shape " + Shape(n.attrs.ints).str() +
+                       " is not broadcastable to x's shape " + x.str());
+  }
+  return Shape(std::move(s));
+}
+
+}  // namespace
+
+Tensor relu(const Tensor& x, const ReluOptions& o) {
+  ops::check_float("K::relu", "x", x);
+  if (o.max_value && std::isnan(*o.max_value)) throw ValueError("K::relu: max_value is NaN");
+  Attrs at;
+  at.floats = {o.alpha, o.max_value ? *o.max_value : std::numeric_limits<double>::infinity(),
+               o.threshold};
+  return make_node(Op::Relu, {x}, std::move(at), x.dtype());
+}
+Tensor sigmoid(const Tensor& x) {
+  ops::check_float("K::sigmoid", "x", x);
+  return make_node(Op::Sigmoid, {x}, {}, x.dtype());
+}
+Tensor tanh(const Tensor& x) {
+  ops::check_float("K::tanh", "x", x);
+  return make_node(Op::Tanh, {x}, {}, x.dtype());
+}
+Tensor softmax(const Tensor& x, int axis) {
+  return softmax_like(Op::Softmax, x, axis, "K::softmax");
+}
+
+Tensor dropout(const Tensor& x, double level, const DropoutOptions& o) {
+  ops::check_float("K::dropout", "x", x);
+  if (!(level >= 0.0 && level < 1.0))
+    throw ValueError("K::dropout: Dropout level must be in interval [0, 1[, got " +
+                     std::to_string(level));
+  if (level == 0.0) return x;
+  Attrs at;
+  at.floats = {level};
+  if (o.noise_shape) {
+    at.ints = o.noise_shape->dims();
+    at.str = "noise_shape";
+  }
+  Tensor mask = make_node(Op::DropoutMask, {x}, std::move(at), x.dtype());
+  mask.node().seed = o.seed ? *o.seed : draw_seed();
+  return x * mask;
+}
+
+Tensor categorical_crossentropy(const Tensor& target, const Tensor& output,
+                                const CrossentropyOptions& o) {
+  const char* fn = "K::categorical_crossentropy";
+  ops::check_float(fn, "output", output);
+  ops::check_same_dtype(fn, target, output);
+  if (output.ndim() == 0) throw ValueError(std::string(fn) + ": output must have a class axis");
+  if (o.axis != -1 && (o.axis < 0 || o.axis >= output.ndim()))
+    throw ValueError(std::string(fn) + ": Unexpected channels axis " + std::to_string(o.axis) +
+                     ". Expected to use -1 or a dim in [0, " + std::to_string(output.ndim()) +
+                     ") for output of shape " + output.shape().str());
+  (void)ops::broadcast_shapes(fn, target.shape(), output.shape());
+  const int axis = o.axis;
+  if (o.from_logits) return -sum(target * log_softmax(output, axis), axis);
+  const Tensor p = output / sum(output, axis, true);
+  const double eps = epsilon();
+  return -sum(target * log(clip(p, eps, 1.0 - eps)), axis);
+}
+
+Tensor sparse_categorical_crossentropy(const Tensor& target, const Tensor& output,
+                                       const CrossentropyOptions& o) {
+  const char* fn = "K::sparse_categorical_crossentropy";
+  ops::check_float(fn, "output", output);
+  if (output.ndim() == 0) throw ValueError(std::string(fn) + ": output must have a class axis");
+  if (o.axis != -1 && (o.axis < 0 || o.axis >= output.ndim()))
+    throw ValueError(std::string(fn) + ": Unexpected channels axis " + std::to_string(o.axis) +
+                     ". Expected to use -1 or a dim in [0, " + std::to_string(output.ndim()) +
+                     ") for output of shape " + output.shape().str());
+  if (target.dtype() == DType::bool_) throw TypeError(std::string(fn) + ": target must be numeric");
+  Tensor out = output;
+  const int axis = normalize_axis(o.axis, output.ndim(), fn);
+  if (axis != output.ndim() - 1) {
+    std::vector<int> perm;
+    for (int i = 0; i < output.ndim(); ++i)
+      if (i != axis) perm.push_back(i);
+    perm.push_back(axis);
+    out = permute_dimensions(output, perm);
+  }
+  if (out.shape()[out.ndim() - 1] < 0)
+    throw ValueError(std::string(fn) + ": the class axis of output " + output.shape().str() +
+                     " must be known");
+  Tensor t = target;
+  if (t.ndim() == out.ndim() && t.ndim() > 0 &&
+      (t.shape()[t.ndim() - 1] == 1 || t.shape()[t.ndim() - 1] == None))
+    t = squeeze(t, -1);
+  Tensor logits = out;
+  if (!o.from_logits) {
+    const double eps = epsilon();
+    logits = log(clip(out, eps, 1.0 - eps));
+  }
+  return make_node(Op::SparseSoftmaxCE, {t, logits}, {}, out.dtype());
+}
+
+Tensor one_hot(const Tensor& indices, int num_classes, const std::string& dt) {
+  if (num_classes < 0) throw ValueError("K::one_hot: num_classes must be >= 0");
+  if (is_floating(indices.dtype()) || indices.dtype() == DType::bool_)
+    throw TypeError("K::one_hot: indices must be an integer tensor, got " + dtype(indices));
+  Attrs at;
+  at.ints = {num_classes};
+  return make_node(Op::OneHot, {indices}, std::move(at),
+                   dt.empty() ? DType::float32 : dtype_from_name(dt, "K::one_hot"));
+}
+
+}  // namespace ktape::backend
+
+namespace ktape::ops {
+
+void register_nn_ops() {
+  using namespace ktape::backend;
+  op_def(Op::Relu) = {&same_as_input0, &relu_grad, true, -1, false, 0};
+  op_def(Op::ReluGrad) = {&broadcast_rule, &relu_grad_grad, true, -1, false, 0};
+  op_def(Op::Sigmoid) = {&same_as_input0, &sigmoid_grad, true, -1, false, 0};
+  op_def(Op::Tanh) = {&same_as_input0, &tanh_grad, true, -1, false, 0};
+  op_def(Op::Softmax) = {&same_as_input0, &softmax_grad, true, -1, false, 0};
+  op_def(Op::LogSoftmax) = {&same_as_input0, &log_softmax_grad, true, -1, false, 0};
+  op_def(Op::SparseSoftmaxCE) = {&sparse_ce_rule, &sparse_ce_grad, true, -1, false, 1};
+  op_def(Op::OneHot) = {&one_hot_rule, nullptr, true, -1, false, -1};
+  op_def(Op::DropoutMask) = {&dropout_mask_rule, nullptr, false, -1, false, -1};
+}
+
+}  // namespace ktape::ops

@@ -1,0 +1,36 @@
+// Internal helpers for building nodes in the ops/ families: argument checks with Keras-style
+// messages, scalar constants, and the shape rules shared between families. Not public.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/graph.hpp"
+
+namespace ktape::ops {
+
+// "K::add" style name of an op for messages (CamelCase op name -> snake_case).
+std::string fn_name(Op op);
+
+void check_float(const char* fn, const char* arg, const Tensor& x);
+void check_same_dtype(const char* fn, const Tensor& a, const Tensor& b);
+// A scalar constant of `dtype` (hash-consed: the same value gives the same node).
+Tensor scalar(double v, DType dtype);
+// numpy broadcasting of static shapes (None-aware). Throws ValueError naming fn.
+Shape broadcast_shapes(const char* fn, const Shape& a, const Shape& b);
+
+// Shape rules usable as OpDef::shape.
+Shape same_as_input0(const Node& n, const std::vector<Shape>& in);
+Shape broadcast_rule(const Node& n, const std::vector<Shape>& in);
+Shape scalar_rule(const Node& n, const std::vector<Shape>& in);
+
+// Registration of each family (called once from ensure_ops_registered).
+void register_core_ops();
+void register_elementwise_ops();
+void register_reduction_ops();
+void register_nn_ops();
+void register_layout_ops();
+void register_control_ops();
+
+}  // namespace ktape::ops

@@ -1,0 +1,148 @@
+#include "ops/reductions.hpp"
+
+#include <algorithm>
+
+#include "ops/core.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/op_util.hpp"
+
+namespace ktape::backend {
+
+namespace {
+
+// attrs.ints = {keepdims, axes...} with axes normalised and sorted.
+Tensor reduce(Op op, const Tensor& x, const ReduceOptions& o) {
+  const std::string fn = ops::fn_name(op);
+  if (x.dtype() == DType::bool_) throw TypeError(fn + ": cast a bool tensor before reducing it");
+  if (op == Op::Mean) ops::check_float(fn.c_str(), "x", x);
+  std::vector<std::int64_t> axes;
+  if (o.axis) {
+    for (int a : *o.axis) axes.push_back(normalize_axis(a, x.ndim(), fn.c_str()));
+    std::sort(axes.begin(), axes.end());
+    if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+      throw ValueError(fn + ": duplicate axis in the axis list");
+    if (axes.empty()) return x;
+  } else {
+    for (int a = 0; a < x.ndim(); ++a) axes.push_back(a);
+  }
+  Attrs at;
+  at.ints.push_back(o.keepdims ? 1 : 0);
+  at.ints.insert(at.ints.end(), axes.begin(), axes.end());
+  return make_node(op, {x}, std::move(at), x.dtype());
+}
+
+Shape reduce_rule(const Node& n, const std::vector<Shape>& in) {
+  const bool keep = n.attrs.ints[0] != 0;
+  std::vector<bool> red(static_cast<std::size_t>(in[0].ndim()), false);
+  for (std::size_t k = 1; k < n.attrs.ints.size(); ++k)
+    red[static_cast<std::size_t>(n.attrs.ints[k])] = true;
+  std::vector<std::int64_t> out;
+  for (int d = 0; d < in[0].ndim(); ++d) {
+    if (!red[static_cast<std::size_t>(d)])
+      out.push_back(in[0][d]);
+    else if (keep)
+      out.push_back(1);
+  }
+  return Shape(std::move(out));
+}
+
+Tensor arg(Op op, const Tensor& x, int axis) {
+  const std::string fn = ops::fn_name(op);
+  if (x.dtype() == DType::bool_) throw TypeError(fn + ": cast a bool tensor first");
+  Attrs at;
+  at.ints = {normalize_axis(axis, x.ndim(), fn.c_str())};
+  return make_node(op, {x}, std::move(at), DType::int64);
+}
+
+Shape arg_rule(const Node& n, const std::vector<Shape>& in) {
+  std::vector<std::int64_t> out = in[0].dims();
+  out.erase(out.begin() + n.attrs.ints[0]);
+  return Shape(std::move(out));
+}
+
+// The reduced gradient with the reduced axes put back as size-1 dims.
+Tensor keep_dims(const Node& n, const Tensor& g) {
+  if (n.attrs.ints[0] != 0) return g;
+  Attrs at;
+  at.ints.assign(n.attrs.ints.begin() + 1, n.attrs.ints.end());
+  if (at.ints.empty()) return g;
+  return make_node(Op::ExpandAxes, {g}, std::move(at), g.dtype());
+}
+
+Tensor broadcast_to_like(const Tensor& g, const Tensor& like) {
+  return make_node(Op::BroadcastToLike, {g, like}, {}, g.dtype());
+}
+
+using G = std::vector<Tensor>;
+G sum_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {broadcast_to_like(keep_dims(n, g), n.inputs[0])};
+}
+G mean_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const Tensor& x = n.inputs[0];
+  const std::int64_t nx = x.shape().num_elements(), ny = y.shape().num_elements();
+  Tensor scale = (nx > 0 && ny >= 0)
+                     ? ops::scalar(static_cast<double>(ny) / static_cast<double>(nx), g.dtype())
+                     : make_node(Op::SizeRatio, {y, x}, {}, g.dtype());
+  return {broadcast_to_like(keep_dims(n, g) * scale, x)};
+}
+// Max/min: the gradient is shared equally between tied extrema (TF).
+G extremum_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const Tensor& x = n.inputs[0];
+  const Tensor mask = cast(equal(x, keep_dims(n, y)), dtype(g));
+  ReduceOptions ro;
+  ro.axis = std::vector<int>(n.attrs.ints.begin() + 1, n.attrs.ints.end());
+  ro.keepdims = true;
+  const Tensor count = sum(mask, ro);
+  return {mask * (keep_dims(n, g) / count)};
+}
+
+G sum_to_like_grad(const Node& n, const Tensor&, const Tensor& gg) {
+  return {broadcast_to_like(gg, n.inputs[0]), Tensor()};
+}
+G broadcast_to_like_grad(const Node& n, const Tensor&, const Tensor& gg) {
+  return {make_node(Op::SumToLike, {gg, n.inputs[0]}, {}, gg.dtype()), Tensor()};
+}
+Shape like_rule(const Node& n, const std::vector<Shape>& in) {
+  // Validate that in[0] and in[1] broadcast (SumToLike: in[1] broadcast to in[0]).
+  (void)ops::broadcast_shapes(ops::fn_name(n.op).c_str(), in[0], in[1]);
+  return in[1];
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Sum, x, o); }
+Tensor sum(const Tensor& x, int axis, bool keepdims) {
+  return sum(x, {std::vector<int>{axis}, keepdims});
+}
+Tensor mean(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Mean, x, o); }
+Tensor mean(const Tensor& x, int axis, bool keepdims) {
+  return mean(x, {std::vector<int>{axis}, keepdims});
+}
+Tensor max(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Max, x, o); }
+Tensor max(const Tensor& x, int axis, bool keepdims) {
+  return max(x, {std::vector<int>{axis}, keepdims});
+}
+Tensor min(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Min, x, o); }
+Tensor min(const Tensor& x, int axis, bool keepdims) {
+  return min(x, {std::vector<int>{axis}, keepdims});
+}
+Tensor argmax(const Tensor& x, int axis) { return arg(Op::ArgMax, x, axis); }
+Tensor argmin(const Tensor& x, int axis) { return arg(Op::ArgMin, x, axis); }
+
+}  // namespace ktape::backend
+
+namespace ktape::ops {
+
+void register_reduction_ops() {
+  using namespace ktape::backend;
+  op_def(Op::Sum) = {&reduce_rule, &sum_grad, true, -1, false, 0};
+  op_def(Op::Mean) = {&reduce_rule, &mean_grad, true, -1, false, 0};
+  op_def(Op::Max) = {&reduce_rule, &extremum_grad, true, -1, false, 0};
+  op_def(Op::Min) = {&reduce_rule, &extremum_grad, true, -1, false, 0};
+  op_def(Op::ArgMax) = {&arg_rule, nullptr, true, -1, false, 0};
+  op_def(Op::ArgMin) = {&arg_rule, nullptr, true, -1, false, 0};
+  op_def(Op::SumToLike) = {&like_rule, &sum_to_like_grad, true, -1, true, 0};
+  op_def(Op::BroadcastToLike) = {&like_rule, &broadcast_to_like_grad, true, -1, true, 0};
+}
+
+}  // namespace ktape::ops

@@ -1,0 +1,205 @@
+// K::function: feeding and its errors, plan caching per shape signature, Keras update
+// semantics, the learning phase, and no heap allocation per call in steady state.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "ktape/ktape.hpp"
+
+namespace K = ktape::backend;
+using ktape::DType;
+using ktape::NDArray;
+using ktape::Shape;
+
+// Replacing the global operator new/delete pair confuses GCC's mismatch heuristic.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+// ---- a counting allocation hook for this test binary ------------------------------------------
+namespace {
+std::atomic<long> g_allocs{0};
+std::atomic<bool> g_counting{false};
+}  // namespace
+void* operator new(std::size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ktape::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Function, UpdatesReadPreCallValuesThenCommit) {
+  // Keras test_function: output square(x_old) + y, then x == 2 * x_old.
+  auto x = K::variable(NDArray::from_values({1, 2, 3}, Shape{3}));
+  auto y = K::placeholder({3});
+  auto out = K::square(x) + y;
+  auto f = K::function({y}, {out}, {K::update(x, x * 2.0)});
+  auto r = f({NDArray::from_values({10, 10, 10}, Shape{3})});
+  EXPECT_EQ(r[0].to_vector(), (std::vector<double>{11, 14, 19}));
+  EXPECT_EQ(K::get_value(x).to_vector(), (std::vector<double>{2, 4, 6}));
+  r = f({NDArray::from_values({0, 0, 0}, Shape{3})});
+  EXPECT_EQ(r[0].to_vector(), (std::vector<double>{4, 16, 36}));
+}
+
+TEST(Function, SwapThroughUpdatesIsSimultaneous) {
+  // keras #10769: swapping two variables must be deterministic.
+  auto a = K::variable(1.0);
+  auto b = K::variable(2.0);
+  auto f = K::function({}, {}, {K::update(a, b), K::update(b, a)});
+  f({});
+  EXPECT_EQ(K::get_value(a).item(0), 2.0);
+  EXPECT_EQ(K::get_value(b).item(0), 1.0);
+}
+
+TEST(Function, TwoUpdatesOfOneVariableIsAnError) {
+  auto v = K::variable(0.0, {.name = "counter"});
+  const std::string msg = error_of([&] {
+    K::function({}, {}, {K::update_add(v, K::constant(1.0)), K::update(v, K::constant(5.0))});
+  });
+  EXPECT_NE(msg.find("counter"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("twice"), std::string::npos) << msg;
+}
+
+TEST(Function, UpdateOpsAndEval) {
+  auto v = K::variable(NDArray::from_values({1, 1}, Shape{2}));
+  K::eval(K::update_add(v, K::constant(NDArray::from_values({1, 2}, Shape{2}))));
+  EXPECT_EQ(K::get_value(v).to_vector(), (std::vector<double>{2, 3}));
+  K::eval(K::update_sub(v, K::constant(NDArray::from_values({2, 2}, Shape{2}))));
+  EXPECT_EQ(K::get_value(v).to_vector(), (std::vector<double>{0, 1}));
+  EXPECT_THROW(K::update(K::constant(1.0), K::constant(2.0)), ktape::TypeError);
+  EXPECT_THROW(K::update(v, K::constant(NDArray::from_values({1, 2, 3}, Shape{3}))),
+               ktape::ValueError);
+}
+
+TEST(Function, MovingAverageUpdate) {
+  // Zero-debiased (Keras 2.2.4 on TF): after one update x == value whatever x was.
+  auto x = K::variable(NDArray::from_values({1, 1}, Shape{2}));
+  auto val = K::constant(NDArray::from_values({4, 8}, Shape{2}));
+  auto f = K::function({}, {}, {K::moving_average_update(x, val, 0.9)});
+  f({});
+  EXPECT_NEAR(K::get_value(x).item(0), 4.0, 1e-5);
+  EXPECT_NEAR(K::get_value(x).item(1), 8.0, 1e-5);
+  // second update with value 0: biased = 0.9*0.4 + 0.1*0 ... by hand:
+  // biased1 = 0.1*4 = 0.4; biased2 = 0.9*0.4 = 0.36; x = 0.36 / (1 - 0.81) = 1.894736...
+  auto val0 = K::constant(NDArray::from_values({0, 0}, Shape{2}));
+  auto x2 = K::variable(NDArray::from_values({1, 1}, Shape{2}));
+  auto v = K::placeholder({2});
+  auto g = K::function({v}, {}, {K::moving_average_update(x2, v, 0.9)});
+  g({NDArray::from_values({4, 8}, Shape{2})});
+  g({NDArray::from_values({0, 0}, Shape{2})});
+  EXPECT_NEAR(K::get_value(x2).item(0), 0.36 / 0.19, 1e-5);
+  // plain EMA (Keras 2.3.1): x = 0.9*x + 0.1*value
+  auto x3 = K::variable(NDArray::from_values({1, 1}, Shape{2}));
+  K::eval(K::moving_average_update(x3, val, 0.9, {.zero_debias = false}));
+  EXPECT_NEAR(K::get_value(x3).item(0), 0.9 + 0.4, 1e-6);
+  (void)val0;
+}
+
+TEST(Function, FeedErrorsNamePlaceholderAndShapes) {
+  auto x = K::placeholder({K::None, 4}, {.name = "features"});
+  auto f = K::function({x}, {K::sum(x)});
+  std::string msg = error_of([&] { f({NDArray(Shape{2, 5}, DType::float32)}); });
+  EXPECT_NE(msg.find("features"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(None, 4)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(2, 5)"), std::string::npos) << msg;
+  msg = error_of([&] { f({NDArray(Shape{2, 4}, DType::float64)}); });
+  EXPECT_NE(msg.find("float64"), std::string::npos) << msg;
+  msg = error_of([&] { f({}); });
+  EXPECT_NE(msg.find("expected 1"), std::string::npos) << msg;
+  msg = error_of([&] { f({NDArray(Shape{4}, DType::float32)}); });
+  EXPECT_NE(msg.find("(4,)"), std::string::npos) << msg;
+}
+
+TEST(Function, MissingPlaceholderAndBadArguments) {
+  auto x = K::placeholder({2}, {.name = "needed"});
+  auto y = K::placeholder({2});
+  std::string msg =
+      error_of([&] { K::function({y}, {x + y})({NDArray(Shape{2}, DType::float32)}); });
+  EXPECT_NE(msg.find("needed"), std::string::npos) << msg;
+  EXPECT_THROW(K::function({x * 2.0}, {x}), ktape::ValueError);
+  EXPECT_THROW(K::function({x}, {ktape::Tensor()}), ktape::ValueError);
+  EXPECT_THROW(K::function({x}, {x}, {x}), ktape::ValueError);
+  EXPECT_THROW(K::eval(x + 1.0), ktape::ValueError);
+}
+
+TEST(Function, OnePlanPerShapeSignature) {
+  auto x = K::placeholder({K::None, 3});
+  auto f = K::function({x}, {K::sum(x * 2.0, 1)});
+  auto a = f({NDArray::full(Shape{2, 3}, 1.0)});
+  EXPECT_EQ(a[0].shape(), (Shape{2}));
+  EXPECT_EQ(a[0].item(1), 6.0);
+  f({NDArray::full(Shape{5, 3}, 1.0)});
+  f({NDArray::full(Shape{2, 3}, 1.0)});
+  EXPECT_EQ(f.num_plans(), 2u);
+}
+
+TEST(Function, ArenaReusesDeadBuffers) {
+  // A chain of 20 elementwise ops on (256, 256) floats needs far less than 20 buffers.
+  auto x = K::placeholder({256, 256});
+  ktape::Tensor y = x;
+  for (int i = 0; i < 20; ++i) y = K::tanh(y) + 1.0;
+  auto f = K::function({x}, {y});
+  f({NDArray(Shape{256, 256}, DType::float32)});
+  const std::size_t one = 256 * 256 * 4;
+  EXPECT_LE(f.arena_bytes(), 3 * one) << "arena " << f.arena_bytes();
+}
+
+TEST(Function, LearningPhaseIsAnInputWithTestDefault) {
+  K::clear_session();
+  auto x = K::placeholder({3});
+  auto y = K::in_train_phase(x * 2.0, x * 3.0);
+  auto lp = K::learning_phase();
+  auto f = K::function({x, lp}, {y});
+  const NDArray ones = NDArray::full(Shape{3}, 1.0);
+  EXPECT_EQ(f({ones, NDArray::scalar(1, DType::bool_)})[0].item(0), 2.0);
+  EXPECT_EQ(f({ones, NDArray::scalar(0, DType::float32)})[0].item(0), 3.0);
+  auto g = K::function({x}, {y});  // not fed: test mode
+  EXPECT_EQ(g({ones})[0].item(0), 3.0);
+  K::set_learning_phase(1);
+  auto z = K::in_train_phase(x * 2.0, x * 3.0);
+  EXPECT_EQ(K::function({x}, {z})({ones})[0].item(0), 2.0);
+  EXPECT_THROW(K::set_learning_phase(2), ktape::ValueError);
+  K::clear_session();
+}
+
+TEST(Function, NoHeapAllocationPerCallInSteadyState) {
+  auto x = K::placeholder({K::None, 64});
+  auto t = K::placeholder({K::None}, {.dtype = "int32"});
+  auto W = K::random_uniform_variable({64, 32}, -0.1, 0.1, {.seed = 3});
+  auto b = K::zeros({32});
+  auto W2 = K::random_uniform_variable({32, 10}, -0.1, 0.1, {.seed = 4});
+  auto h =
+      K::in_train_phase([&] { return K::dropout(K::relu(K::dot(x, W) + b), 0.3, {.seed = 5}); },
+                        K::relu(K::dot(x, W) + b));
+  auto p = K::softmax(K::dot(h, W2));
+  auto loss = K::mean(K::sparse_categorical_crossentropy(t, p));
+  auto g = K::gradients(loss, {W, b, W2});
+  auto f = K::function(
+      {x, t, K::learning_phase()}, {loss},
+      {K::update_sub(W, 0.1 * g[0]), K::update_sub(b, 0.1 * g[1]), K::update_sub(W2, 0.1 * g[2])});
+  NDArray xb(Shape{128, 64}, DType::float32), tb(Shape{128}, DType::int32);
+  for (int i = 0; i < 128; ++i) tb.data<std::int32_t>()[i] = i % 10;
+  const NDArray phase = NDArray::scalar(1, DType::bool_);
+  std::vector<NDArray> ins{xb, tb, phase}, outs;
+  f.run(ins, outs);  // compiles
+  f.run(ins, outs);
+  g_allocs = 0;
+  g_counting = true;
+  for (int i = 0; i < 10; ++i) f.run(ins, outs);
+  g_counting = false;
+  EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 10 steady-state calls";
+}
