@@ -114,7 +114,11 @@ Tensor sum(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Sum, x, 
 Tensor sum(const Tensor& x, int axis, bool keepdims) {
   return sum(x, {std::vector<int>{axis}, keepdims});
 }
-Tensor mean(const Tensor& x, const ReduceOptions& o) { return reduce(Op::Mean, x, o); }
+Tensor mean(const Tensor& x, const ReduceOptions& o) {
+  // Keras on TF casts a bool tensor to floatx first (metrics average K.equal results).
+  if (x.dtype() == DType::bool_) return reduce(Op::Mean, cast(x, floatx()), o);
+  return reduce(Op::Mean, x, o);
+}
 Tensor mean(const Tensor& x, int axis, bool keepdims) {
   return mean(x, {std::vector<int>{axis}, keepdims});
 }

@@ -16,7 +16,8 @@ struct ReduceOptions {
 
 Tensor sum(const Tensor& x, const ReduceOptions& options = {});
 Tensor sum(const Tensor& x, int axis, bool keepdims = false);
-Tensor mean(const Tensor& x, const ReduceOptions& options = {});  // float tensors only
+// Float tensors; a bool tensor is cast to floatx first (Keras). Integer tensors: TypeError.
+Tensor mean(const Tensor& x, const ReduceOptions& options = {});
 Tensor mean(const Tensor& x, int axis, bool keepdims = false);
 Tensor max(const Tensor& x, const ReduceOptions& options = {});
 Tensor max(const Tensor& x, int axis, bool keepdims = false);

@@ -69,7 +69,8 @@ class Gen {
     const std::int64_t n = a.size();
     std::vector<double> v(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
-      v[static_cast<std::size_t>(i)] = n == 1 ? lo : lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(n - 1);
+      v[static_cast<std::size_t>(i)] =
+          n == 1 ? lo : lo + (hi - lo) * static_cast<double>(i) / static_cast<double>(n - 1);
     std::shuffle(v.begin(), v.end(), gen_);
     for (std::int64_t i = 0; i < n; ++i) a.set_item(i, v[static_cast<std::size_t>(i)]);
     return a;
@@ -157,8 +158,8 @@ std::vector<OpCase> make_cases() {
   add("scalar_doubles",
       [](const V& x) {
         const Tensor& a = x[0];
-        return ((a + 2.0) * 3.0 - 1.0) / 4.0 + (2.0 - a) + 3.0 / (a + 5.0) + 2.0 * a -
-               (a - 0.5) + (1.5 + a) * (a * 0.5);
+        return ((a + 2.0) * 3.0 - 1.0) / 4.0 + (2.0 - a) + 3.0 / (a + 5.0) + 2.0 * a - (a - 0.5) +
+               (1.5 + a) * (a * 0.5);
       },
       {g.uniform(s34, -1, 1)});
 
@@ -177,12 +178,16 @@ std::vector<OpCase> make_cases() {
       {g.away(s34, -1.5, 1.5, {0.5}, 0.05)});
   {
     auto xy = g.separated(s34, s34);
-    add("maximum", [](const V& x) { return K::maximum(x[0], x[1]); }, xy);
-    add("minimum", [](const V& x) { return K::minimum(x[0], x[1]); }, xy);
+    add(
+        "maximum", [](const V& x) { return K::maximum(x[0], x[1]); }, xy);
+    add(
+        "minimum", [](const V& x) { return K::minimum(x[0], x[1]); }, xy);
     auto xr = g.separated(s34, {4});
-    add("maximum_row", [](const V& x) { return K::maximum(x[0], x[1]); }, xr).ref_gradcheck =
-        true;
-    add("minimum_row", [](const V& x) { return K::minimum(x[1], x[0]); }, xr);
+    add(
+        "maximum_row", [](const V& x) { return K::maximum(x[0], x[1]); }, xr)
+        .ref_gradcheck = true;
+    add(
+        "minimum_row", [](const V& x) { return K::minimum(x[1], x[0]); }, xr);
   }
   add("maximum_double", [](const V& x) { return K::maximum(x[0], 0.3); },
       {g.away(s34, -2, 2, {0.3})});
@@ -205,8 +210,8 @@ std::vector<OpCase> make_cases() {
       .ref_gradcheck = true;
   add("sigmoid", [](const V& x) { return K::sigmoid(x[0]); }, {g.normal(s34, 2)});
   add("tanh", [](const V& x) { return K::tanh(x[0]); }, {g.normal(s34)});
-  add("softmax_last", [](const V& x) { return K::softmax(x[0]); }, {g.normal(s34)})
-      .ref_gradcheck = true;
+  add("softmax_last", [](const V& x) { return K::softmax(x[0]); }, {g.normal(s34)}).ref_gradcheck =
+      true;
   add("softmax_axis0", [](const V& x) { return K::softmax(x[0], 0); }, {g.normal(s34)});
   add("softmax_3d_axis1", [](const V& x) { return K::softmax(x[0], 1); }, {g.normal({2, 3, 2})});
   add("softmax_neg_axis", [](const V& x) { return K::softmax(x[0], -2); }, {g.normal({2, 3, 2})});
@@ -225,7 +230,9 @@ std::vector<OpCase> make_cases() {
       },
       {g.uniform(s34, 0, 1), g.normal(s34)});
   add("scce",
-      [](const V& x) { return K::sparse_categorical_crossentropy(int_target({0, 2, 3}, {3}), x[0]); },
+      [](const V& x) {
+        return K::sparse_categorical_crossentropy(int_target({0, 2, 3}, {3}), x[0]);
+      },
       {g.uniform(s34, 0.05, 0.95)});
   add("scce_logits",
       [](const V& x) {
@@ -266,14 +273,21 @@ std::vector<OpCase> make_cases() {
   add("sum_axis_neg1_keepdims", [](const V& x) { return K::sum(x[0], -1, true); },
       {g.normal(s234)});
   add("sum_axis_list",
-      [](const V& x) { return K::sum(x[0], {.axis = std::vector<int>{0, 2}}); }, {g.normal(s234)});
+      [](const V& x) {
+        return K::sum(x[0], {.axis = std::vector<int>{0, 2}});
+      },
+      {g.normal(s234)});
   add("sum_axis_list_keepdims",
-      [](const V& x) { return K::sum(x[0], {.axis = std::vector<int>{-1, 1}, .keepdims = true}); },
+      [](const V& x) {
+        return K::sum(x[0], {.axis = std::vector<int>{-1, 1}, .keepdims = true});
+      },
       {g.normal(s234)});
   add("mean_all", [](const V& x) { return K::mean(x[0]); }, {g.normal(s234)});
   add("mean_axis1", [](const V& x) { return K::mean(x[0], 1); }, {g.normal(s234)});
   add("mean_axis_list_keepdims",
-      [](const V& x) { return K::mean(x[0], {.axis = std::vector<int>{0, 2}, .keepdims = true}); },
+      [](const V& x) {
+        return K::mean(x[0], {.axis = std::vector<int>{0, 2}, .keepdims = true});
+      },
       {g.normal(s234)});
   add("max_all", [](const V& x) { return K::max(x[0]); }, {g.distinct(s234, -2, 2)});
   add("max_axis1", [](const V& x) { return K::max(x[0], 1); }, {g.distinct(s234, -2, 2)})
@@ -281,12 +295,16 @@ std::vector<OpCase> make_cases() {
   add("max_axis_neg1_keepdims", [](const V& x) { return K::max(x[0], -1, true); },
       {g.distinct(s234, -2, 2)});
   add("max_axis_list",
-      [](const V& x) { return K::max(x[0], {.axis = std::vector<int>{0, 2}}); },
+      [](const V& x) {
+        return K::max(x[0], {.axis = std::vector<int>{0, 2}});
+      },
       {g.distinct(s234, -2, 2)});
   add("min_all", [](const V& x) { return K::min(x[0]); }, {g.distinct(s234, -2, 2)});
   add("min_axis0", [](const V& x) { return K::min(x[0], 0); }, {g.distinct(s234, -2, 2)});
   add("min_axis_list_keepdims",
-      [](const V& x) { return K::min(x[0], {.axis = std::vector<int>{1, 2}, .keepdims = true}); },
+      [](const V& x) {
+        return K::min(x[0], {.axis = std::vector<int>{1, 2}, .keepdims = true});
+      },
       {g.distinct(s234, -2, 2)});
 
   // -- linear algebra and layout
@@ -308,7 +326,10 @@ std::vector<OpCase> make_cases() {
       {g.normal(s34)});
   add("transpose", [](const V& x) { return K::transpose(x[0]); }, {g.normal(s34)});
   add("transpose_3d", [](const V& x) { return K::transpose(x[0]); }, {g.normal(s234)});
-  add("permute_dimensions", [](const V& x) { return K::permute_dimensions(x[0], {2, 0, 1}); },
+  add("permute_dimensions",
+      [](const V& x) {
+        return K::permute_dimensions(x[0], {2, 0, 1});
+      },
       {g.normal(s234)});
   add("reshape", [](const V& x) { return K::reshape(x[0], {2, -1, 3}); }, {g.normal(s34)});
   add("flatten", [](const V& x) { return K::flatten(x[0]); }, {g.normal(s234)});
@@ -317,12 +338,21 @@ std::vector<OpCase> make_cases() {
   add("expand_dims", [](const V& x) { return K::expand_dims(x[0], 1); }, {g.normal(s34)});
   add("expand_dims_last", [](const V& x) { return K::expand_dims(x[0]); }, {g.normal(s34)});
   add("squeeze", [](const V& x) { return K::squeeze(x[0], 1); }, {g.normal({3, 1, 4})});
-  add("concatenate_last", [](const V& x) { return K::concatenate({x[0], x[1]}); },
+  add("concatenate_last",
+      [](const V& x) {
+        return K::concatenate({x[0], x[1]});
+      },
       {g.normal({3, 2}), g.normal(s34)});
-  add("concatenate_axis0", [](const V& x) { return K::concatenate({x[0], x[1]}, 0); },
+  add("concatenate_axis0",
+      [](const V& x) {
+        return K::concatenate({x[0], x[1]}, 0);
+      },
       {g.normal({2, 4}), g.normal(s34)})
       .ref_gradcheck = true;
-  add("concatenate_three_mid", [](const V& x) { return K::concatenate({x[0], x[1], x[0]}, -2); },
+  add("concatenate_three_mid",
+      [](const V& x) {
+        return K::concatenate({x[0], x[1], x[0]}, -2);
+      },
       {g.normal({2, 1, 3}), g.normal({2, 2, 3})});
   add("identity", [](const V& x) { return K::identity(x[0]) * x[0]; }, {g.normal(s34)});
 
@@ -377,6 +407,13 @@ std::vector<OpCase> make_cases() {
   parity_only("big_matmul", [](const V& x) { return K::dot(x[0], x[1]); },
               {g.normal({64, 96}), g.normal({96, 80})})
       .rtol32 = 1e-4;
+  // A first-order gradient as the output: the parity test differentiates it again, which runs
+  // MatMul with transpose flags on sizes large enough for the parallel split.
+  parity_only(
+      "big_matmul_gradient",
+      [](const V& x) { return K::gradients(K::sum(K::square(K::dot(x[0], x[1]))), {x[0]})[0]; },
+      {g.normal({64, 96}), g.normal({96, 80})})
+      .rtol32 = 1e-4;
   parity_only("big_softmax_cce",
               [](const V& x) {
                 return K::categorical_crossentropy(K::softmax(x[1]), x[0], {.from_logits = true});
@@ -387,10 +424,16 @@ std::vector<OpCase> make_cases() {
                 return K::sum(x[0], 0) + K::mean(x[0], 0) * K::max(x[0], 0) - K::min(x[0], 0);
               },
               {g.normal({500, 40})});
+  parity_only("add_5x4_row", [](const V& x) { return x[0] + x[1]; },
+              {g.normal({5, 4}), g.normal({4})});
+  parity_only("mul_5x1_1x4", [](const V& x) { return x[0] * x[1]; },
+              {g.normal({5, 1}), g.normal({1, 4})});
+  parity_only("div_sub_5x4_broadcast",
+              [](const V& x) { return (x[0] - x[1]) / (x[1] * x[1] + 1.0); },
+              {g.normal({5, 4}), g.normal({5, 1})});
   parity_only("zero_add_row", [](const V& x) { return x[0] + x[1]; },
               {g.normal({0, 4}), g.normal({4})});
-  parity_only("zero_unary",
-              [](const V& x) { return K::relu(K::exp(x[0]) * K::tanh(x[0]) - x[0]); },
+  parity_only("zero_unary", [](const V& x) { return K::relu(K::exp(x[0]) * K::tanh(x[0]) - x[0]); },
               {g.normal({0, 4})});
   parity_only("zero_sum_axis0", [](const V& x) { return K::sum(x[0], 0) * x[1]; },
               {g.normal({0, 4}), g.normal({4})});
@@ -399,7 +442,10 @@ std::vector<OpCase> make_cases() {
               {g.normal({0, 4}), g.normal({4, 3})});
   parity_only("zero_matmul_inner", [](const V& x) { return K::dot(x[0], x[1]); },
               {g.normal({3, 0}), g.normal({0, 2})});
-  parity_only("zero_concat", [](const V& x) { return K::concatenate({x[0], x[1]}, 0); },
+  parity_only("zero_concat",
+              [](const V& x) {
+                return K::concatenate({x[0], x[1]}, 0);
+              },
               {g.normal({0, 4}), g.normal({2, 4})});
   parity_only("scalar_ops",
               [](const V& x) { return K::exp(x[0]) * x[1] + K::sigmoid(x[1]) / (x[0] + 3.0); },
@@ -504,9 +550,9 @@ void PrintTo(const SecondOrderCase& c, std::ostream* os) { *os << c.name; }
 std::vector<SecondOrderCase> second_order_cases() {
   Gen g(777);
   const Shape s{3, 4};
-  const NDArray w = g.normal(s);          // fixed weights for softmax
-  const NDArray m = g.normal({4, 2});     // constant matrix for dot
-  const NDArray t = g.uniform(s, 0, 1);   // soft targets
+  const NDArray w = g.normal(s);         // fixed weights for softmax
+  const NDArray m = g.normal({4, 2});    // constant matrix for dot
+  const NDArray t = g.uniform(s, 0, 1);  // soft targets
   std::vector<SecondOrderCase> c = {
       {"tanh", [](const V& x) { return K::tanh(x[0]); }, g.normal(s)},
       {"sigmoid", [](const V& x) { return K::sigmoid(x[0]); }, g.normal(s)},
@@ -516,8 +562,8 @@ std::vector<SecondOrderCase> second_order_cases() {
       {"sqrt", [](const V& x) { return K::sqrt(x[0]); }, g.uniform(s, 0.5, 2)},
       {"pow2_5", [](const V& x) { return K::pow(x[0], 2.5); }, g.uniform(s, 0.5, 2)},
       {"reciprocal", [](const V& x) { return 1.0 / x[0]; }, g.away(s, -2, 2, {0}, 0.5)},
-      {"softmax_weighted",
-       [w](const V& x) { return K::softmax(x[0]) * const_like(x[0], w); }, g.normal(s)},
+      {"softmax_weighted", [w](const V& x) { return K::softmax(x[0]) * const_like(x[0], w); },
+       g.normal(s)},
       {"softmax_axis0_weighted",
        [w](const V& x) { return K::softmax(x[0], 0) * const_like(x[0], w); }, g.normal(s)},
       {"cube_via_mul", [](const V& x) { return x[0] * x[0] * x[0]; }, g.normal(s)},
@@ -537,8 +583,7 @@ std::vector<SecondOrderCase> second_order_cases() {
                                                    {.from_logits = true});
        },
        g.normal(s)},
-      {"mean_of_product_row",
-       [](const V& x) { return K::mean(K::square(x[0]) * K::exp(x[0]), 1); },
+      {"mean_of_product_row", [](const V& x) { return K::mean(K::square(x[0]) * K::exp(x[0]), 1); },
        g.uniform(s, -1, 1)},
       {"max_times_x", [](const V& x) { return K::max(x[0], 1) * K::sum(x[0], 1); },
        g.distinct(s, -2, 2)},
@@ -561,12 +606,22 @@ std::vector<SecondOrderCase> second_order_cases() {
        g.away(s, -2, 2, {0.1})},
       {"layout_chain",
        [w](const V& x) {
-         const Tensor c = K::concatenate({x[0], K::exp(x[0])}, 0);  // (6,4)
+         const Tensor c = K::concatenate({x[0], K::exp(x[0])}, 0);                // (6,4)
          const Tensor r = K::reshape(K::permute_dimensions(c, {1, 0}), {3, -1});  // (3,8)
          return K::square(K::batch_flatten(K::expand_dims(r, 1))) *
                 K::sum(K::squeeze(K::expand_dims(x[0] * const_like(x[0], w), 1), 1));
        },
        g.uniform(s, -1, 1)},
+      // exercises the transposed MatMul variants of the gradient graph
+      {"dot_x_xT_squared", [](const V& x) { return K::square(K::dot(x[0], K::transpose(x[0]))); },
+       g.normal(s)},
+      {"dot_nd_squared",
+       [m](const V& x) {
+         // (3,2,2) . (2,4) -> (3,2,4)
+         return K::square(
+             K::dot(K::reshape(x[0], {3, 2, 2}), K::reshape(const_like(x[0], m), {2, 4})));
+       },
+       g.normal(s)},
       {"broadcast_div", [](const V& x) { return K::sum(x[0], 0) / (K::square(x[0]) + 1.0); },
        g.normal(s)},
       {"switch_rows",
@@ -607,8 +662,8 @@ TEST(SecondOrderReference, TanhAndSoftmaxCrossentropy) {
                             {.backend = "reference"});
   EXPECT_TRUE(r.ok) << r.report;
   r = ktape::gradcheck(d2([](const V& x) {
-                         return K::sparse_categorical_crossentropy(int_target({1, 0, 2}, {3}),
-                                                                   x[0], {.from_logits = true});
+                         return K::sparse_categorical_crossentropy(int_target({1, 0, 2}, {3}), x[0],
+                                                                   {.from_logits = true});
                        }),
                        {g.normal({3, 4})}, {.backend = "reference"});
   EXPECT_TRUE(r.ok) << r.report;
@@ -624,7 +679,8 @@ TEST(SecondOrderReference, TanhAndSoftmaxCrossentropy) {
     const double a = got.item(static_cast<std::int64_t>(i));
     if (!(std::abs(a - want[i]) <= tol * std::max(1.0, std::abs(want[i]))))
       return ::testing::AssertionFailure()
-             << "element " << i << ": " << a << " vs " << want[i] << "\n" << got.str();
+             << "element " << i << ": " << a << " vs " << want[i] << "\n"
+             << got.str();
   }
   return ::testing::AssertionSuccess();
 }
@@ -677,7 +733,8 @@ TEST(GradientSemantics, StopGradient) {
   EXPECT_TRUE(Close(g1, g2.to_vector()));
   // d/dx x^2 tanh x = 2x tanh x + x^2 (1 - tanh^2 x)
   std::vector<double> want;
-  for (double v : xv) want.push_back(2 * v * std::tanh(v) + v * v * (1 - std::tanh(v) * std::tanh(v)));
+  for (double v : xv)
+    want.push_back(2 * v * std::tanh(v) + v * v * (1 - std::tanh(v) * std::tanh(v)));
   EXPECT_TRUE(Close(g2, want));
   // The list form.
   const Tensor y = K::variable(f64({2, 3}, {2}), {.dtype = "float64"});
@@ -688,6 +745,39 @@ TEST(GradientSemantics, StopGradient) {
   EXPECT_FALSE(g[0].defined());
   // d/dy [sum(x) sum(y) + sum(sg(y) * y)] = sum(x) + y = 1.1 + [2,3]
   EXPECT_TRUE(Close(K::eval(g[1]), {1.1 + 2, 1.1 + 3}));
+}
+
+TEST(GradientSemantics, CastsDuplicatesAndTheLossItself) {
+  const Tensor x = K::variable(f64({1, -2, 3}, {3}), {.dtype = "float64"});
+  // Through a float cast the gradient comes back in x's dtype.
+  const Tensor gc = K::gradients(K::sum(K::cast(x, "float32") * 2.0), {x})[0];
+  ASSERT_TRUE(gc.defined());
+  EXPECT_EQ(K::dtype(gc), "float64");
+  EXPECT_TRUE(Close(K::eval(gc), {2, 2, 2}));
+  // ... but not through a cast to an integer type.
+  EXPECT_FALSE(K::gradients(K::sum(K::cast(K::cast(x, "int32"), "float64")), {x})[0].defined());
+  // The same tensor twice gets the same gradient twice.
+  const Tensor loss = K::sum(K::square(x));
+  const auto g2 = K::gradients(loss, {x, x});
+  EXPECT_TRUE(Close(K::eval(g2[0]), {2, -4, 6}));
+  EXPECT_TRUE(Close(K::eval(g2[1]), {2, -4, 6}));
+  // d loss / d loss = 1
+  EXPECT_TRUE(Close(K::eval(K::gradients(loss, {loss})[0]), {1}));
+  // identity passes the gradient through
+  EXPECT_TRUE(Close(K::eval(K::gradients(K::sum(K::identity(x) * x), {x})[0]), {2, -4, 6}));
+}
+
+TEST(GradientSemantics, BroadcastResolvedAtRunTime) {
+  // Both operands are (None,); fed (3,) and (1,) the second one is broadcast, so its gradient
+  // must be summed: d/dy sum(x * y) = sum(x) = 6, d/dx = y = [5, 5, 5].
+  const Tensor x = K::placeholder({K::None}, {.dtype = "float64"});
+  const Tensor y = K::placeholder({K::None}, {.dtype = "float64"});
+  const auto g = K::gradients(K::sum(x * y), {x, y});
+  const auto out = K::function({x, y}, {g[0], g[1]})({f64({1, 2, 3}, {3}), f64({5}, {1})});
+  EXPECT_EQ(out[0].shape(), (Shape{3}));
+  EXPECT_EQ(out[1].shape(), (Shape{1}));
+  EXPECT_TRUE(Close(out[0], {5, 5, 5}));
+  EXPECT_TRUE(Close(out[1], {6}));
 }
 
 TEST(GradientSemantics, NonScalarLossIsSummed) {
@@ -717,8 +807,8 @@ TEST(GradientSemantics, KinksFollowTensorFlow) {
   EXPECT_TRUE(Close(K::eval(K::gradients(K::max(c), {c})[0]), {0.5, 0, 0.5}));
   // relu at exactly the threshold: 0 (TF)
   const Tensor r = K::variable(f64({0, 1, -1}, {3}), {.dtype = "float64"});
-  EXPECT_TRUE(Close(K::eval(K::gradients(K::sum(K::relu(r, {.alpha = 0.5})), {r})[0]),
-                    {0, 1, 0.5}));
+  EXPECT_TRUE(
+      Close(K::eval(K::gradients(K::sum(K::relu(r, {.alpha = 0.5})), {r})[0]), {0, 1, 0.5}));
   // sign: zero gradient (defined); abs: sign(x)
   EXPECT_TRUE(Close(K::eval(K::gradients(K::sum(K::abs(r)), {r})[0]), {0, 1, -1}));
 }
@@ -852,20 +942,25 @@ TEST(DropoutGradient, NoiseShapeMaskGradient) {
 }
 
 TEST(DropoutParity, SameSeedSameMaskOnBothBackends) {
-  for (const DType dt : {DType::float32, DType::float64}) {
-    const std::string dn(ktape::dtype_name(dt));
-    const Tensor x = K::placeholder({40, 50}, {.dtype = dn});
-    const Tensor a = K::dropout(x, 0.4, {.seed = 31});
-    const Tensor b = K::dropout(x, 0.4, {.seed = 31});
-    Gen g(3);
-    const NDArray in = g.normal({40, 50}).astype(dt);
-    const NDArray ya = K::function({x}, {a}, {}, {.backend = "cpu"})({in})[0];
-    const NDArray yb = K::function({x}, {b}, {}, {.backend = "reference"})({in})[0];
-    EXPECT_EQ(ya.to_vector(), yb.to_vector()) << dn;
-  }
+  // Two dropout nodes with one seed draw the same first mask; (300,300) takes the cpu kernel's
+  // parallel path.
+  for (const DType dt : {DType::float32, DType::float64})
+    for (const Shape& s : {Shape{40, 50}, Shape{300, 300}}) {
+      const std::string dn(ktape::dtype_name(dt));
+      SCOPED_TRACE(dn + " " + s.str());
+      const Tensor x = K::placeholder(s, {.dtype = dn});
+      const Tensor a = K::dropout(x, 0.4, {.seed = 31});
+      const Tensor b = K::dropout(x, 0.4, {.seed = 31});
+      Gen g(3);
+      const NDArray in = g.normal(s).astype(dt);
+      const NDArray ya = K::function({x}, {a}, {}, {.backend = "cpu"})({in})[0];
+      const NDArray yb = K::function({x}, {b}, {}, {.backend = "reference"})({in})[0];
+      EXPECT_EQ(ya.to_vector(), yb.to_vector());
+    }
 }
 
-// ---- 3. cpu vs reference parity ------------------------------------------------------------------
+// ---- 3. cpu vs reference parity
+// ------------------------------------------------------------------
 
 double max_abs(const NDArray& a) {
   double m = 0;
@@ -896,8 +991,8 @@ double max_abs(const NDArray& a) {
       ok = std::abs(a - b) <= rtol * std::max(std::abs(a), std::abs(b)) + floor;
     if (!ok)
       return ::testing::AssertionFailure()
-             << what << ": element " << i << " cpu " << a << " vs reference " << b
-             << " (diff " << std::abs(a - b) << ", rtol " << rtol << ")";
+             << what << ": element " << i << " cpu " << a << " vs reference " << b << " (diff "
+             << std::abs(a - b) << ", rtol " << rtol << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -944,5 +1039,36 @@ TEST_P(Parity, CpuMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Parity, ::testing::ValuesIn(parity_cases()), case_name);
+
+// The table's sigmoid inputs (normal, std 2) rarely reach the tail; check it on a dense grid.
+TEST(ParityAccuracy, Float32SigmoidTail) {
+  std::vector<double> v;
+  for (double x = -13; x <= -3; x += 0.05) v.push_back(x);
+  const auto n = static_cast<std::int64_t>(v.size());
+  const Tensor x = K::placeholder({n}, {.dtype = "float32"});
+  const Tensor y = K::sigmoid(x);
+  const Tensor gx = K::gradients(K::sum(y), {x})[0];
+  const NDArray in = NDArray::from_values(v, {n}, DType::float32);
+  const auto cpu = K::function({x}, {y, gx}, {}, {.backend = "cpu"})({in});
+  const auto ref = K::function({x}, {y, gx}, {}, {.backend = "reference"})({in});
+  // Relative error of each backend against the double-precision formula.
+  double worst_cpu = 0, worst_ref = 0, at = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double exact = 1.0 / (1.0 + std::exp(-in.item(i)));
+    const double rc = std::abs(cpu[0].item(i) - exact) / exact;
+    const double rr = std::abs(ref[0].item(i) - exact) / exact;
+    if (rc > worst_cpu) {
+      worst_cpu = rc;
+      at = in.item(i);
+    }
+    worst_ref = std::max(worst_ref, rr);
+  }
+  EXPECT_LT(worst_ref, 1e-6);
+  const auto fwd = Agree("sigmoid", cpu[0], ref[0], 1e-5, 1e-2);
+  const auto bwd = Agree("sigmoid gradient", cpu[1], ref[1], 1e-5, 1e-2);
+  EXPECT_LT(worst_cpu, 1e-5) << "at x = " << at;
+  EXPECT_TRUE(fwd);
+  EXPECT_TRUE(bwd);
+}
 
 }  // namespace
