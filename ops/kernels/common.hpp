@@ -23,7 +23,7 @@ inline T* ptr(const ArrayRef& a) {
 // Runs f(begin, end) over [0, n) in fixed chunks of `grain` items (so results never depend on
 // thread timing). Splits only when n * cost_per_item is worth it (~20 us of work on 2 cores).
 template <class F>
-inline void parallel_for(std::int64_t n, double cost_per_item, F&& f) {
+inline void parallel_for(std::int64_t n, double cost_per_item, F&& f, std::int64_t min_grain = 1) {
   constexpr double kMinWorkPerChunk = 40000.0;  // ~ a few tens of microseconds
   const double total = static_cast<double>(n) * cost_per_item;
   if (n <= 1 || total < 2 * kMinWorkPerChunk) {
@@ -31,7 +31,7 @@ inline void parallel_for(std::int64_t n, double cost_per_item, F&& f) {
     return;
   }
   std::int64_t grain = static_cast<std::int64_t>(kMinWorkPerChunk / std::max(cost_per_item, 1e-9));
-  grain = std::max<std::int64_t>(grain, 1);
+  grain = std::max<std::int64_t>(grain, min_grain);
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, n, grain),
       [&](const tbb::blocked_range<std::int64_t>& r) { f(r.begin(), r.end()); },

@@ -28,18 +28,23 @@ void matmul_kernel(const KernelCall& c) {
     return;
   }
   const double cost_per_row = 2.0 * static_cast<double>(n) * static_cast<double>(k);
-  parallel_for(m, cost_per_row / 4.0, [&](std::int64_t r0, std::int64_t r1) {
-    const std::int64_t rows = r1 - r0;
-    auto out = C.middleRows(r0, rows);
-    if (!ta && !tb)
-      out.noalias() = A.middleRows(r0, rows) * B;
-    else if (!ta && tb)
-      out.noalias() = A.middleRows(r0, rows) * B.transpose();
-    else if (ta && !tb)
-      out.noalias() = A.middleCols(r0, rows).transpose() * B;
-    else
-      out.noalias() = A.middleCols(r0, rows).transpose() * B.transpose();
-  });
+  // Few large row blocks (one GEMM each) rather than many GEMV-like slivers.
+  const std::int64_t block = std::max<std::int64_t>(16, (m + 3) / 4);
+  parallel_for(
+      m, cost_per_row / 4.0,
+      [&](std::int64_t r0, std::int64_t r1) {
+        const std::int64_t rows = r1 - r0;
+        auto out = C.middleRows(r0, rows);
+        if (!ta && !tb)
+          out.noalias() = A.middleRows(r0, rows) * B;
+        else if (!ta && tb)
+          out.noalias() = A.middleRows(r0, rows) * B.transpose();
+        else if (ta && !tb)
+          out.noalias() = A.middleCols(r0, rows).transpose() * B;
+        else
+          out.noalias() = A.middleCols(r0, rows).transpose() * B.transpose();
+      },
+      block);
 }
 
 }  // namespace
