@@ -5,7 +5,8 @@
 #define KTAPE_OP_LIST(X)                                                                       \
   /* sources */                                                                                \
   X(Placeholder)                                                                               \
-  X(Variable) X(Constant) X(RandomUniform) X(RandomNormal) X(TruncatedNormal)                  \
+  X(Variable)                                                                                  \
+  X(Constant) X(RandomUniform) X(RandomNormal) X(TruncatedNormal)                              \
       X(DropoutMask) /* elementwise unary */                                                   \
       X(Identity) X(StopGradient) X(PrintTensor) X(Neg) X(Square) X(Sqrt) X(Exp) X(Log) X(Abs) \
           X(Sign) X(Round) X(Sigmoid) X(Tanh) X(Relu) X(ReluGrad) X(Clip) X(ClipGrad) X(Pow)   \
