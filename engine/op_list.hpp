@@ -2,24 +2,29 @@
 // The attribute layout of each op is documented next to the K:: function that builds it.
 #pragma once
 
-#define KTAPE_OP_LIST(X)                                                                       \
-  /* sources */                                                                                \
-  X(Placeholder)                                                                               \
-  X(Variable)                                                                                  \
-  X(Constant) X(RandomUniform) X(RandomNormal) X(TruncatedNormal)                              \
-      X(DropoutMask) /* elementwise unary */                                                   \
-      X(Identity) X(StopGradient) X(PrintTensor) X(Neg) X(Square) X(Sqrt) X(Exp) X(Log) X(Abs) \
-          X(Sign) X(Round) X(Sigmoid) X(Tanh) X(Relu) X(ReluGrad) X(Clip) X(ClipGrad) X(Pow)   \
-              X(Cast) /* elementwise binary (numpy broadcasting) and select */                 \
-      X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum) X(Equal) X(NotEqual) X(Greater)        \
-          X(GreaterEqual) X(Less) X(LessEqual) X(Select)                                       \
-              X(AddN) /* broadcasting helpers used by gradients */                             \
-      X(SumToLike) X(BroadcastToLike) X(SizeRatio) X(FillLike) X(ShapeOf) /* reductions */     \
-      X(Sum) X(Mean) X(Max) X(Min) X(ArgMax) X(ArgMin)                    /* nn */             \
-      X(Softmax) X(LogSoftmax) X(SparseSoftmaxCE) X(OneHot) /* linear algebra and layout */    \
-      X(MatMul) X(Transpose) X(Reshape) X(ReshapeLike) X(ExpandAxes) X(SqueezeAxes) X(Concat)  \
-          X(ConcatPart) /* state */                                                            \
-      X(Assign) X(Group)
+// clang-format off
+#define KTAPE_OP_LIST(X)                                                                      \
+  /* sources */                                                                             \
+  X(Placeholder) X(Variable) X(Constant) X(RandomUniform) X(RandomNormal) X(TruncatedNormal) \
+  X(DropoutMask)                                                                            \
+  /* elementwise unary */                                                                   \
+  X(Identity) X(StopGradient) X(PrintTensor) X(Neg) X(Square) X(Sqrt) X(Exp) X(Log) X(Abs)    \
+  X(Sign) X(Round) X(Sigmoid) X(Tanh) X(Relu) X(ReluGrad) X(Clip) X(ClipGrad) X(Pow) X(Cast)  \
+  /* elementwise binary (numpy broadcasting) and select */                                  \
+  X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum) X(Equal) X(NotEqual) X(Greater)          \
+  X(GreaterEqual) X(Less) X(LessEqual) X(Select) X(AddN)                                    \
+  /* broadcasting helpers used by gradients */                                              \
+  X(SumToLike) X(BroadcastToLike) X(SizeRatio) X(FillLike) X(ShapeOf)                       \
+  /* reductions */                                                                          \
+  X(Sum) X(Mean) X(Max) X(Min) X(ArgMax) X(ArgMin)                                          \
+  /* nn */                                                                                  \
+  X(Softmax) X(LogSoftmax) X(SparseSoftmaxCE) X(OneHot)                                     \
+  /* linear algebra and layout */                                                           \
+  X(MatMul) X(Transpose) X(Reshape) X(ReshapeLike) X(ExpandAxes) X(SqueezeAxes) X(Concat)   \
+  X(ConcatPart)                                                                             \
+  /* state */                                                                               \
+  X(Assign) X(Group)
+// clang-format on
 
 namespace ktape {
 
