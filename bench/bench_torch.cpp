@@ -1,0 +1,48 @@
+// The same MLP training step as BM_MlpStep, in LibTorch, so both are measured in one run.
+//   BM_TorchMlpStep/<batch>: 784-256-128-10 relu MLP, softmax crossentropy, plain SGD (lr 0.01)
+// Built only when find_package(Torch) finds LibTorch (Debian: libtorch-dev).
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+namespace {
+
+struct TorchMlp : torch::nn::Module {
+  torch::nn::Linear l1{nullptr}, l2{nullptr}, l3{nullptr};
+  TorchMlp() {
+    l1 = register_module("l1", torch::nn::Linear(784, 256));
+    l2 = register_module("l2", torch::nn::Linear(256, 128));
+    l3 = register_module("l3", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(l1->forward(x));
+    h = torch::relu(l2->forward(h));
+    return l3->forward(h);
+  }
+};
+
+void BM_TorchMlpStep(benchmark::State& state) {
+  const auto batch = state.range(0);
+  // As many threads as oneTBB uses for ktape: every core.
+  torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+  torch::manual_seed(1);
+  auto model = std::make_shared<TorchMlp>();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  auto x = torch::full({batch, 784}, 0.5f);
+  auto t = torch::arange(batch, torch::kLong).remainder(10);
+  auto step = [&] {
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), t);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  step();
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
+}
+BENCHMARK(BM_TorchMlpStep)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond);
+
+}  // namespace
