@@ -59,6 +59,8 @@ const Backend& load_plugin(const std::string& path) {
     const char* err = dlerror();
     throw ValueError("Unable to load backend '" + path + "': " + (err ? err : "dlopen failed"));
   }
+  // Unloaded again on every failure below (nothing keeps a pointer into a rejected library).
+  std::unique_ptr<void, int (*)(void*)> guard(handle, &dlclose);
   using RegisterFn = void (*)(PluginRegistrar*);
   auto reg = reinterpret_cast<RegisterFn>(dlsym(handle, "ktape_backend_register"));
   if (!reg)
@@ -67,7 +69,12 @@ const Backend& load_plugin(const std::string& path) {
   auto b = std::make_unique<Backend>();
   b->name = path;
   Registrar r(*b);
-  reg(&r);
+  try {
+    reg(&r);
+  } catch (...) {
+    guard.release();  // the exception may live in (or have its type defined by) the library
+    throw;
+  }
   std::string missing;
   int n_missing = 0;
   for (int i = 0; i < kNumOps; ++i) {
@@ -85,6 +92,7 @@ const Backend& load_plugin(const std::string& path) {
     for (const auto& s : r.unknown_) u += (u.empty() ? "" : ", ") + s;
     throw ValueError("Invalid backend '" + path + "': it registers unknown op(s): " + u);
   }
+  guard.release();  // a loaded backend stays mapped for the life of the process
   return *(g_plugins[path] = std::move(b));
 }
 
