@@ -15,6 +15,9 @@ namespace ktape {
 
 struct Backend {
   std::string name;
+  // Function fuses elementwise chains into one chunked pass (engine/fusion.hpp). The reference
+  // backend stays one kernel per node, so it remains the plain oracle.
+  bool fuse_elementwise = false;
   KernelFn kernels[kNumOps][kNumDTypes] = {};
   void set(Op op, DType dt, KernelFn fn) {
     kernels[static_cast<int>(op)][static_cast<int>(dt)] = fn;

@@ -7,6 +7,8 @@
 
 #include "engine/backend.hpp"
 #include "engine/errors.hpp"
+#include "engine/fusion.hpp"
+#include "engine/plan.hpp"
 
 namespace ktape {
 
@@ -18,51 +20,6 @@ void copy_kernel(const KernelCall& c) {
   std::memcpy(c.out.data, c.in[0].data,
               static_cast<std::size_t>(c.out.size) * dtype_size(c.out.dtype));
 }
-
-enum class Kind { kArena, kExternal, kFed };
-
-struct Value {
-  Node* node = nullptr;
-  Shape shape;
-  DType dtype = DType::float32;
-  std::int64_t size = 0;
-  std::size_t bytes = 0;
-  Kind kind = Kind::kArena;
-  std::size_t offset = 0;
-  void* ext = nullptr;
-  int fed = -1;
-  int root = -1;  // value that owns the buffer (itself unless an alias)
-  int last_use = -1;
-  bool pinned = false;
-};
-
-struct Step {
-  KernelFn fn = nullptr;
-  KernelCall call;
-  std::vector<ArrayRef> ins;
-  Node* node = nullptr;
-  int out = -1;
-  std::vector<int> in_values;
-};
-
-struct Commit {
-  void* dst;
-  int value;
-  std::size_t bytes;
-};
-
-struct Plan {
-  std::vector<Shape> sig;
-  std::vector<Value> values;
-  std::vector<Step> steps;
-  std::shared_ptr<void> arena;
-  std::size_t arena_bytes = 0;
-  std::vector<std::vector<ArrayRef*>> fed_refs;  // per fed input: step inputs to patch
-  std::vector<int> outputs;                      // value index of each output
-  std::vector<Commit> commits;
-  std::vector<void*> fed_ptrs;
-  bool lp_byte = false;
-};
 
 std::string describe(const Node& n) {
   return "'" + n.name + "' (shape " + n.shape.str() + ", " + std::string(dtype_name(n.dtype)) + ")";
@@ -141,6 +98,7 @@ struct FunctionImpl {
   std::vector<Tensor> inputs, outputs, updates;
   std::vector<Node*> assigns;
   const Backend* backend = nullptr;
+  bool fuse = true;
   mutable std::vector<std::unique_ptr<Plan>> plans;
   mutable Plan* last = nullptr;
 
@@ -205,6 +163,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   impl->inputs = std::move(inputs);
   impl->outputs = std::move(outputs);
   impl->updates = std::move(updates);
+  impl->fuse = options.fuse;
   impl->backend = options.backend.empty() ? &active_backend() : &backend_by_name(options.backend);
   impl_ = std::move(impl);
 }
@@ -212,6 +171,23 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
 const std::vector<Tensor>& Function::inputs() const { return impl_->inputs; }
 const std::vector<Tensor>& Function::outputs() const { return impl_->outputs; }
 std::size_t Function::num_plans() const { return impl_ ? impl_->plans.size() : 0; }
+std::size_t Function::num_steps() const {
+  return impl_ && impl_->last ? impl_->last->steps.size() : 0;
+}
+std::string Function::describe_plan() const {
+  if (!impl_ || !impl_->last) return "(no plan compiled yet)\n";
+  std::string out;
+  for (const auto& s : impl_->last->steps) {
+    const Value& v = impl_->last->values[static_cast<std::size_t>(s.out)];
+    out += std::string(op_name(s.node->op)) + " " + v.shape.str() + " " +
+           std::string(dtype_name(v.dtype)) + " '" + s.node->name + "'";
+    if (s.fused)
+      out += " [fused: " + std::to_string(s.fused->instrs.size()) + " kernels, " +
+             std::to_string(s.fused->out_values.size()) + " outputs]";
+    out += "\n";
+  }
+  return out;
+}
 std::size_t Function::arena_bytes() const {
   return impl_ && impl_->last ? impl_->last->arena_bytes : 0;
 }
@@ -379,6 +355,16 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
     p.commits.push_back({var->value.raw_data(), root, rv.bytes});
   }
 
+  // 3b. Fuse elementwise chains (the outputs and committed values are always written out).
+  if (fuse && backend->fuse_elementwise) {
+    std::vector<bool> pinned(p.values.size(), false);
+    for (const auto& t : outputs)
+      pinned[static_cast<std::size_t>(
+          p.values[static_cast<std::size_t>(index.at(t.node_ptr().get()))].root)] = true;
+    for (const auto& c : p.commits) pinned[static_cast<std::size_t>(c.value)] = true;
+    fuse_elementwise(p, pinned);
+  }
+
   // 4. Liveness and arena offsets.
   for (std::size_t si = 0; si < p.steps.size(); ++si)
     for (int in : p.steps[si].in_values) {
@@ -392,10 +378,15 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
   }
   for (const auto& c : p.commits) p.values[static_cast<std::size_t>(c.value)].pinned = true;
   OffsetAllocator arena;
+  std::vector<int> outs;
   for (std::size_t si = 0; si < p.steps.size(); ++si) {
-    Value& out = p.values[static_cast<std::size_t>(p.steps[si].out)];
-    out.offset = arena.alloc(out.bytes);
-    if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead result
+    outs.assign(1, p.steps[si].out);
+    outs.insert(outs.end(), p.steps[si].extra_outs.begin(), p.steps[si].extra_outs.end());
+    for (int o : outs) {
+      Value& out = p.values[static_cast<std::size_t>(o)];
+      out.offset = arena.alloc(out.bytes);
+      if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead result
+    }
     std::unordered_set<int> freed;
     for (int in : p.steps[si].in_values) {
       const int r = p.values[static_cast<std::size_t>(in)].root;
@@ -404,8 +395,11 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
           freed.insert(r).second)
         arena.release(rv.offset, rv.bytes);
     }
-    if (!out.pinned && out.last_use == static_cast<int>(si) && !freed.count(p.steps[si].out))
-      arena.release(out.offset, out.bytes);
+    for (int o : outs) {
+      Value& out = p.values[static_cast<std::size_t>(o)];
+      if (!out.pinned && out.last_use == static_cast<int>(si) && !freed.count(o))
+        arena.release(out.offset, out.bytes);
+    }
   }
   p.arena_bytes = arena.top();
   p.arena = aligned_buffer(p.arena_bytes);
@@ -435,6 +429,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
     s.call.attrs = &s.node->attrs;
     s.call.seed = s.node->seed;
   }
+  resolve_fused(p, [&](int v) { return ptr(p, v); });
   for (auto& s : p.steps)
     for (std::size_t k = 0; k < s.in_values.size(); ++k) {
       const Value& r = p.values[static_cast<std::size_t>(

@@ -17,6 +17,7 @@ namespace ktape {
 
 struct FunctionOptions {
   std::string backend;  // "" = the active backend; else "cpu", "reference" or a plugin path
+  bool fuse = true;     // fuse elementwise chains where the backend supports it
 };
 
 class Function {
@@ -36,6 +37,10 @@ class Function {
   std::size_t num_plans() const;
   // Arena bytes of the most recently used plan (for tests and benchmarks).
   std::size_t arena_bytes() const;
+  // Kernel launches per call of the most recently used plan (after fusion).
+  std::size_t num_steps() const;
+  // One line per step of that plan: op, shape, dtype, node name; a fused group lists its members.
+  std::string describe_plan() const;
 
  private:
   std::shared_ptr<struct FunctionImpl> impl_;

@@ -80,6 +80,10 @@ struct OpDef {
   bool alias_if_same_shape = false;
   // Which input's dtype selects the kernel; -1 selects by the output dtype.
   int dispatch_input = 0;
+  // The kernel computes each output element from the same element of its inputs (numpy
+  // broadcasting of size-1 inputs only matters at the edges): Function may fuse it and run it
+  // on chunks of the arrays.
+  bool elementwise = false;
 };
 
 // The op table. Filled once by ops/registry.cpp (one explicit call per op family).

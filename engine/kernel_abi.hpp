@@ -37,6 +37,8 @@ struct KernelCall {
   // draws fresh numbers and a fixed seed gives the same sequence run after run.
   std::uint64_t seed = 0;
   std::uint64_t counter = 0;
+  // Engine-internal kernels (a fused group) find their program here; op kernels ignore it.
+  const void* ctx = nullptr;
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -126,6 +126,12 @@ void neg_kernel(const KernelCall& c) {
   unary_loop<T>(
       c, [](T v) { return -v; }, 1.0);
 }
+// Correctly rounded (vsqrtps/pd): Eigen's fast-math packet sqrt is an rsqrt approximation.
+template <class T>
+void sqrt_kernel(const KernelCall& c) {
+  unary_loop<T>(
+      c, [](T v) { return std::sqrt(v); }, 2.0);
+}
 template <class T>
 void square_kernel(const KernelCall& c) {
   unary_loop<T>(
@@ -175,7 +181,7 @@ void register_float(Backend& b) {
   b.set(Op::Exp, dt, &eigen_unary<T, 0>);
   b.set(Op::Log, dt, &eigen_unary<T, 1>);
   b.set(Op::Tanh, dt, &eigen_unary<T, 2>);
-  b.set(Op::Sqrt, dt, &eigen_unary<T, 3>);
+  b.set(Op::Sqrt, dt, &sqrt_kernel<T>);
   b.set(Op::Sigmoid, dt, &sigmoid_kernel<T>);
   b.set(Op::Relu, dt, &relu_kernel<T>);
   b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);

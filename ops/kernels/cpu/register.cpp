@@ -10,6 +10,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_reference_reduce(b);
   kernels::register_reference_nn(b);
   kernels::register_reference_layout(b);
+  b.fuse_elementwise = true;
   kernels::register_cpu_matmul(b);
   kernels::register_cpu_elementwise(b);
   kernels::register_cpu_reduce(b);

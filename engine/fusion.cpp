@@ -1,0 +1,238 @@
+#include "engine/fusion.hpp"
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+namespace ktape {
+
+namespace {
+
+constexpr std::int64_t kChunk = 2048;       // elements per pass of a fused group (stays in L1/L2)
+constexpr std::int64_t kMinFuse = 1024;     // below this, a separate step costs as little
+constexpr int kMaxFusedInputs = 8;          // operands of one member kernel
+constexpr double kMinParallelWork = 80000;  // element-ops worth splitting across threads
+
+bool fusable(const Plan& p, const Step& s) {
+  if (s.fused || !s.node || !op_def(s.node->op).elementwise || s.node->print_hook) return false;
+  const Value& out = p.values[static_cast<std::size_t>(s.out)];
+  if (out.size < kMinFuse || s.in_values.size() > static_cast<std::size_t>(kMaxFusedInputs))
+    return false;
+  for (int iv : s.in_values) {
+    const std::int64_t n = p.values[static_cast<std::size_t>(iv)].size;
+    if (n != out.size && n != 1) return false;
+  }
+  return true;
+}
+
+// Scratch for the registers of a fused group: one block per thread, grown once, never freed
+// while the thread lives (steady-state calls allocate nothing).
+struct Scratch {
+  void* data = nullptr;
+  std::size_t cap = 0;
+  ~Scratch() { std::free(data); }
+  void* get(std::size_t bytes) {
+    if (bytes > cap) {
+      std::free(data);
+      cap = (bytes + 63) / 64 * 64;
+      data = std::aligned_alloc(64, cap);
+      if (!data) throw std::bad_alloc();
+    }
+    return data;
+  }
+};
+
+}  // namespace
+
+void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
+  const std::size_t ns = p.steps.size();
+  const std::size_t nv = p.values.size();
+  std::vector<std::vector<int>> consumers(nv);
+  for (std::size_t si = 0; si < ns; ++si)
+    for (int iv : p.steps[si].in_values) {
+      auto& c = consumers[static_cast<std::size_t>(p.values[static_cast<std::size_t>(iv)].root)];
+      if (c.empty() || c.back() != static_cast<int>(si)) c.push_back(static_cast<int>(si));
+    }
+
+  // Reverse sweep: a step joins the group of a consumer when every other consumer is in that
+  // group too or runs after the group does (the group runs at its last member's position).
+  // Consumers through an alias (a reshape, an assignment) count as consumers of the root; an
+  // elementwise consumer of the same element count reads the elements in the same order.
+  std::vector<int> group_of(ns, -1);
+  std::vector<int> group_root;  // step index where each group runs
+  std::vector<std::vector<int>> members;
+  for (std::size_t s = ns; s-- > 0;) {
+    const Step& st = p.steps[s];
+    if (!fusable(p, st)) continue;
+    const std::int64_t n = p.values[static_cast<std::size_t>(st.out)].size;
+    int chosen = -1;
+    const auto& cs = consumers[static_cast<std::size_t>(st.out)];
+    {
+      for (int c : cs) {
+        const int g = group_of[static_cast<std::size_t>(c)];
+        if (g < 0 ||
+            p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(c)].out)].size != n)
+          continue;
+        const bool ok = std::all_of(cs.begin(), cs.end(), [&](int c2) {
+          return group_of[static_cast<std::size_t>(c2)] == g ||
+                 c2 > group_root[static_cast<std::size_t>(g)];
+        });
+        if (ok) {
+          chosen = g;
+          break;
+        }
+      }
+    }
+    if (chosen < 0) {
+      chosen = static_cast<int>(members.size());
+      members.emplace_back();
+      group_root.push_back(static_cast<int>(s));
+    }
+    group_of[s] = chosen;
+    members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
+  }
+
+  // Build one fused step per group of two or more.
+  std::vector<std::unique_ptr<Step>> fused_at(ns);
+  for (std::size_t g = 0; g < members.size(); ++g) {
+    auto& ms = members[g];
+    if (ms.size() < 2) {
+      group_of[static_cast<std::size_t>(ms[0])] = -1;
+      continue;
+    }
+    std::sort(ms.begin(), ms.end());
+    auto prog = std::make_unique<FusedProgram>();
+    auto step = std::make_unique<Step>();
+    const int root = group_root[g];
+    prog->n = p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(root)].out)].size;
+    std::vector<FusedOperand> where(nv, FusedOperand{FusedOperand::kInput, false, -1});
+    std::vector<char> is_member_out(nv, 0);
+    for (int m : ms)
+      is_member_out[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(m)].out)] = 1;
+    for (int m : ms) {
+      Step& ms_step = p.steps[static_cast<std::size_t>(m)];
+      FusedInstr ins;
+      ins.fn = ms_step.fn;
+      ins.attrs = &ms_step.node->attrs;
+      ins.seed = ms_step.node->seed;
+      for (int iv : ms_step.in_values) {
+        ins.in_dtypes.push_back(p.values[static_cast<std::size_t>(iv)].dtype);
+        const int r = p.values[static_cast<std::size_t>(iv)].root;
+        if (is_member_out[static_cast<std::size_t>(r)]) {
+          ins.ins.push_back(where[static_cast<std::size_t>(r)]);
+          continue;
+        }
+        auto& w = where[static_cast<std::size_t>(iv)];
+        if (w.index < 0) {
+          w.where = FusedOperand::kInput;
+          w.index = static_cast<int>(step->in_values.size());
+          w.scalar = p.values[static_cast<std::size_t>(iv)].size == 1 && prog->n > 1;
+          step->in_values.push_back(iv);
+        }
+        ins.ins.push_back(w);
+      }
+      const int v = ms_step.out;
+      const Value& val = p.values[static_cast<std::size_t>(v)];
+      const auto& cs = consumers[static_cast<std::size_t>(v)];
+      const bool escapes = m == root || pinned[static_cast<std::size_t>(v)] ||
+                           std::any_of(cs.begin(), cs.end(), [&](int c) {
+                             return group_of[static_cast<std::size_t>(c)] != static_cast<int>(g);
+                           });
+      FusedOperand o;
+      if (escapes) {
+        o = {FusedOperand::kOutput, false, static_cast<int>(prog->out_values.size())};
+        prog->out_values.push_back(v);
+        if (m != root) step->extra_outs.push_back(v);
+      } else {
+        o = {FusedOperand::kRegister, false, static_cast<int>(prog->reg_offset.size())};
+        prog->reg_offset.push_back(prog->scratch_bytes);
+        prog->scratch_bytes +=
+            (static_cast<std::size_t>(kChunk) * dtype_size(val.dtype) + 63) / 64 * 64;
+      }
+      where[static_cast<std::size_t>(v)] = o;
+      ins.out = o;
+      ins.dtype = val.dtype;
+      prog->max_in = std::max(prog->max_in, static_cast<int>(ins.ins.size()));
+      prog->instrs.push_back(std::move(ins));
+    }
+    step->fn = &run_fused;
+    step->node = p.steps[static_cast<std::size_t>(root)].node;
+    step->out = p.steps[static_cast<std::size_t>(root)].out;
+    step->fused = std::move(prog);
+    fused_at[static_cast<std::size_t>(root)] = std::move(step);
+  }
+
+  std::vector<Step> out;
+  out.reserve(ns);
+  for (std::size_t s = 0; s < ns; ++s) {
+    if (fused_at[s])
+      out.push_back(std::move(*fused_at[s]));
+    else if (group_of[s] < 0)
+      out.push_back(std::move(p.steps[s]));
+  }
+  p.steps = std::move(out);
+}
+
+void run_fused(const KernelCall& c) {
+  const auto& P = *static_cast<const FusedProgram*>(c.ctx);
+  const std::int64_t chunks = (P.n + kChunk - 1) / kChunk;
+  auto body = [&](std::int64_t c0, std::int64_t c1) {
+    thread_local Scratch scratch;
+    char* regs = static_cast<char*>(scratch.get(P.scratch_bytes));
+    ArrayRef args[kMaxFusedInputs];
+    for (std::int64_t ch = c0; ch < c1; ++ch) {
+      const std::int64_t start = ch * kChunk;
+      const std::int64_t len = std::min(kChunk, P.n - start);
+      const std::int64_t dims[1] = {len};
+      auto ref = [&](const FusedOperand& o, DType dt) {
+        switch (o.where) {
+          case FusedOperand::kInput: {
+            const ArrayRef& a = c.in[o.index];
+            if (o.scalar) return ArrayRef{a.data, nullptr, 0, 1, a.dtype};
+            return ArrayRef{
+                static_cast<char*>(a.data) + start * static_cast<std::int64_t>(dtype_size(a.dtype)),
+                dims, 1, len, a.dtype};
+          }
+          case FusedOperand::kRegister:
+            return ArrayRef{regs + P.reg_offset[static_cast<std::size_t>(o.index)], dims, 1, len,
+                            dt};
+          case FusedOperand::kOutput:
+            break;
+        }
+        return ArrayRef{static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(o.index)]) +
+                            start * static_cast<std::int64_t>(dtype_size(dt)),
+                        dims, 1, len, dt};
+      };
+      for (const FusedInstr& ins : P.instrs) {
+        for (std::size_t k = 0; k < ins.ins.size(); ++k)
+          args[k] = ref(ins.ins[k], ins.in_dtypes[k]);
+        KernelCall kc;
+        kc.in = args;
+        kc.n_in = static_cast<int>(ins.ins.size());
+        kc.out = ref(ins.out, ins.dtype);
+        kc.attrs = ins.attrs;
+        kc.seed = ins.seed;
+        ins.fn(kc);
+      }
+    }
+  };
+  const double work = static_cast<double>(P.n) * static_cast<double>(P.instrs.size());
+  if (chunks < 2 || work < kMinParallelWork) {
+    body(0, chunks);
+    return;
+  }
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(kMinParallelWork / 2 /
+                                                          (static_cast<double>(kChunk) *
+                                                           static_cast<double>(P.instrs.size()))));
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, chunks, grain),
+      [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); },
+      tbb::simple_partitioner());
+}
+
+}  // namespace ktape

@@ -1,0 +1,63 @@
+// Elementwise fusion, step 2 of Function's compile (DESIGN.md): chains of elementwise steps of one
+// element count become one step that runs the members' own kernels chunk by chunk, so
+// intermediates stay in cache and never get an arena buffer. Results are bit-identical to the
+// unfused plan: the same kernels compute the same elements.
+#pragma once
+
+#include <vector>
+
+#include "engine/plan.hpp"
+
+namespace ktape {
+
+// Groups fusable steps of `p` (values listed in `pinned` are outputs or committed and are always
+// written out). Call after the steps are built and before liveness.
+void fuse_elementwise(Plan& p, const std::vector<bool>& pinned);
+
+// Points a fused step's program at its resolved output buffers (after the arena is planned).
+// `value_ptr(v)` gives the buffer of value v.
+template <class F>
+void resolve_fused(Plan& p, F value_ptr);
+
+// The kernel a fused step runs; KernelCall::ctx is its FusedProgram.
+void run_fused(const KernelCall& c);
+
+struct FusedOperand {
+  enum Where : unsigned char { kInput, kRegister, kOutput } where;
+  bool scalar = false;  // a size-1 input broadcast over the chunk
+  int index = 0;        // input slot, register or output slot
+};
+
+struct FusedInstr {
+  KernelFn fn = nullptr;
+  const Attrs* attrs = nullptr;
+  std::uint64_t seed = 0;
+  std::vector<FusedOperand> ins;
+  std::vector<DType> in_dtypes;
+  FusedOperand out;
+  DType dtype = DType::float32;  // of the result
+};
+
+struct FusedProgram {
+  std::int64_t n = 0;  // elements of every non-scalar operand
+  std::vector<FusedInstr> instrs;
+  std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
+  std::size_t scratch_bytes = 0;
+  int max_in = 0;
+  std::vector<int> out_values;  // value index written by each output slot
+  std::vector<void*> out_ptrs;  // resolved buffers of the output slots
+};
+
+template <class F>
+void resolve_fused(Plan& p, F value_ptr) {
+  for (auto& s : p.steps) {
+    if (!s.fused) continue;
+    auto& prog = *s.fused;
+    prog.out_ptrs.resize(prog.out_values.size());
+    for (std::size_t k = 0; k < prog.out_values.size(); ++k)
+      prog.out_ptrs[k] = value_ptr(prog.out_values[k]);
+    s.call.ctx = s.fused.get();
+  }
+}
+
+}  // namespace ktape

@@ -1,0 +1,64 @@
+// Internal to Function: the compiled plan of one input-shape signature (values, steps, arena,
+// commits) and the passes that build it. Not a public header.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "engine/graph.hpp"
+#include "engine/kernel_abi.hpp"
+
+namespace ktape {
+
+enum class Kind { kArena, kExternal, kFed };
+
+struct Value {
+  Node* node = nullptr;
+  Shape shape;
+  DType dtype = DType::float32;
+  std::int64_t size = 0;
+  std::size_t bytes = 0;
+  Kind kind = Kind::kArena;
+  std::size_t offset = 0;
+  void* ext = nullptr;
+  int fed = -1;
+  int root = -1;  // value that owns the buffer (itself unless an alias)
+  int last_use = -1;
+  bool pinned = false;
+};
+
+struct FusedProgram;
+
+struct Step {
+  KernelFn fn = nullptr;
+  KernelCall call;
+  std::vector<ArrayRef> ins;
+  Node* node = nullptr;
+  int out = -1;
+  std::vector<int> in_values;
+  // A fused elementwise group (engine/fusion.hpp): the other values it writes, and its program.
+  std::vector<int> extra_outs;
+  std::unique_ptr<FusedProgram> fused;
+};
+
+struct Commit {
+  void* dst;
+  int value;
+  std::size_t bytes;
+};
+
+struct Plan {
+  std::vector<Shape> sig;
+  std::vector<Value> values;
+  std::vector<Step> steps;
+  std::shared_ptr<void> arena;
+  std::size_t arena_bytes = 0;
+  std::vector<std::vector<ArrayRef*>> fed_refs;  // per fed input: step inputs to patch
+  std::vector<int> outputs;                      // value index of each output
+  std::vector<Commit> commits;
+  std::vector<void*> fed_ptrs;
+  bool lp_byte = false;
+};
+
+}  // namespace ktape
