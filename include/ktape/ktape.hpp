@@ -9,6 +9,7 @@
 #include "engine/function.hpp"
 #include "engine/graph.hpp"
 #include "engine/ndarray.hpp"
+#include "engine/npz.hpp"
 #include "engine/shape.hpp"
 #include "ops/control.hpp"
 #include "ops/core.hpp"
