@@ -1,5 +1,7 @@
 // ktape: the Keras backend API in C++ on a tape-based reverse-mode autodiff engine.
 // The one header users include:   namespace K = ktape::backend;
+// Optimizers: ktape::optimizers::Adam opt({.lr = 1e-3}); their config API (get_config,
+// from_config) also needs #include <nlohmann/json.hpp>.
 #pragma once
 
 #include "autodiff/gradcheck.hpp"
@@ -17,3 +19,4 @@
 #include "ops/layout.hpp"
 #include "ops/nn.hpp"
 #include "ops/reductions.hpp"
+#include "optim/optimizers.hpp"
