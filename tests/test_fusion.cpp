@@ -132,8 +132,11 @@ TEST(Fusion, IntermediatesUsedElsewhereAreWrittenOut) {
       EXPECT_NEAR(a[0].item(i), ui > 1.0 ? ui : xi * xi, 1e-5 * (1 + std::abs(ui))) << i;
       EXPECT_NEAR(a[2].item(i), ti, 1e-5 * ti) << i;
     }
-    if (std::string(be) == "cpu") EXPECT_LT(f1.num_steps(), f0.num_steps());
-    if (std::string(be) == "reference") EXPECT_EQ(f1.num_steps(), f0.num_steps());
+    if (std::string(be) == "cpu") {
+      EXPECT_LT(f1.num_steps(), f0.num_steps());
+    } else {
+      EXPECT_EQ(f1.num_steps(), f0.num_steps());  // the oracle runs one kernel per node
+    }
   }
 }
 
