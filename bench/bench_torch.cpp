@@ -1,5 +1,5 @@
 // The same MLP training step as BM_MlpStep, in LibTorch, so both are measured in one run.
-//   BM_TorchMlpStep/<batch>: 784-256-128-10 relu MLP, softmax crossentropy, plain SGD (lr 0.01)
+//   BM_TorchMlpStep/<batch>/<threads, 0 = every core>: 784-256-128-10 relu MLP, softmax crossentropy, plain SGD (lr 0.01)
 // Built only when find_package(Torch) finds LibTorch (Debian: libtorch-dev).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -24,8 +24,10 @@ struct TorchMlp : torch::nn::Module {
 
 void BM_TorchMlpStep(benchmark::State& state) {
   const auto batch = state.range(0);
-  // As many threads as oneTBB uses for ktape: every core.
-  torch::set_num_threads(static_cast<int>(std::thread::hardware_concurrency()));
+  // 0: as many threads as oneTBB uses for ktape (every core); 1: LibTorch single-threaded.
+  const auto threads = state.range(1);
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency()));
   torch::manual_seed(1);
   auto model = std::make_shared<TorchMlp>();
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
@@ -43,6 +45,11 @@ void BM_TorchMlpStep(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * batch);
   state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
 }
-BENCHMARK(BM_TorchMlpStep)->Arg(32)->Arg(128)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_TorchMlpStep)
+    ->Args({32, 0})
+    ->Args({128, 0})
+    ->Args({32, 1})
+    ->Args({128, 1})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
