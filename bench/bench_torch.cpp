@@ -1,5 +1,6 @@
 // The same MLP training step as BM_MlpStep, in LibTorch, so both are measured in one run.
-//   BM_TorchMlpStep/<batch>/<threads, 0 = every core>: 784-256-128-10 relu MLP, softmax crossentropy, plain SGD (lr 0.01)
+//   BM_TorchMlpStep/<batch>/<threads, 0 = every core>: 784-256-128-10 relu MLP, softmax
+//   crossentropy, plain SGD (lr 0.01)
 // Built only when find_package(Torch) finds LibTorch (Debian: libtorch-dev).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>

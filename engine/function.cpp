@@ -9,6 +9,7 @@
 #include "engine/errors.hpp"
 #include "engine/fusion.hpp"
 #include "engine/plan.hpp"
+#include "engine/scan_exec.hpp"
 
 namespace ktape {
 
@@ -104,8 +105,10 @@ struct FunctionImpl {
 
   void validate_feed(const std::vector<NDArray>& fed) const;
   Plan* find_plan(const std::vector<NDArray>& fed) const;
-  std::unique_ptr<Plan> compile(const std::vector<NDArray>& fed) const;
+  Plan* find_plan_shapes(const std::vector<Shape>& shapes) const;
+  std::unique_ptr<Plan> compile(const std::vector<Shape>& fed) const;
   void execute(Plan& p, const std::vector<NDArray>& fed) const;
+  void execute_ptrs(Plan& p) const;
   void* ptr(const Plan& p, int v) const {
     const Value& val =
         p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
@@ -221,14 +224,23 @@ Plan* FunctionImpl::find_plan(const std::vector<NDArray>& fed) const {
   if (last && matches(*last)) return last;
   for (auto& p : plans)
     if (matches(*p)) return last = p.get();
-  plans.push_back(compile(fed));
+  std::vector<Shape> shapes;
+  for (const auto& a : fed) shapes.push_back(a.shape());
+  plans.push_back(compile(shapes));
   return last = plans.back().get();
 }
 
-std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) const {
+Plan* FunctionImpl::find_plan_shapes(const std::vector<Shape>& shapes) const {
+  for (auto& p : plans)
+    if (p->sig == shapes) return p.get();
+  plans.push_back(compile(shapes));
+  return plans.back().get();
+}
+
+std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const {
   auto plan = std::make_unique<Plan>();
   Plan& p = *plan;
-  for (const auto& a : fed) p.sig.push_back(a.shape());
+  p.sig = fed;
 
   // 1. Prune: nodes the outputs and updates need, in tape (id) order.
   std::vector<Node*> order;
@@ -269,7 +281,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
       if (k >= 0) {
         v.kind = Kind::kFed;
         v.fed = k;
-        v.shape = fed[static_cast<std::size_t>(k)].shape();
+        v.shape = fed[static_cast<std::size_t>(k)];
       } else if (n->value.defined()) {  // placeholder with a default (the learning phase)
         v.kind = Kind::kExternal;
         v.ext = n->value.raw_data();
@@ -288,7 +300,20 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
         in_shapes.push_back(
             p.values[static_cast<std::size_t>(index.at(in.node_ptr().get()))].shape);
       const OpDef& def = op_def(n->op);
-      v.shape = def.shape(*n, in_shapes);
+      if (n->op == Op::Scan) {
+        v.scan = scan_layout(*n, in_shapes);
+        v.shape = scan_layout_shape(*v.scan, -1);
+      } else if (n->op == Op::ScanPart || n->op == Op::ScanEmbed) {
+        const auto& ref =
+            p.values[static_cast<std::size_t>(index.at(n->inputs[1].node_ptr().get()))];
+        v.scan = ref.scan;
+        if (!v.scan)
+          throw ValueError("K::function: " + describe(*n) + " does not refer to a scan node");
+        v.shape = scan_layout_shape(
+            *v.scan, n->op == Op::ScanPart ? static_cast<int>(n->attrs.ints[0]) : -1);
+      } else {
+        v.shape = def.shape(*n, in_shapes);
+      }
       if (!v.shape.is_fully_defined())
         throw ValueError(std::string("K::function: could not infer the shape of ") + describe(*n) +
                          " for the fed input shapes");
@@ -323,7 +348,10 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
     const DType kdt = def.dispatch_input < 0
                           ? n->dtype
                           : n->inputs[static_cast<std::size_t>(def.dispatch_input)].dtype();
-    KernelFn fn = find_kernel(*backend, n->op, kdt);
+    KernelFn fn = n->op == Op::Scan        ? &run_scan
+                  : n->op == Op::ScanPart  ? &run_scan_part
+                  : n->op == Op::ScanEmbed ? &run_scan_embed
+                                           : find_kernel(*backend, n->op, kdt);
     if (!fn)
       throw NotImplementedError(std::string("K::function: no kernel for op ") + op_name(n->op) +
                                 " with dtype " + std::string(dtype_name(kdt)) + " (node " +
@@ -428,6 +456,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<NDArray>& fed) con
     s.call.out = ArrayRef{ptr(p, s.out), o.shape.dims().data(), o.shape.ndim(), o.size, o.dtype};
     s.call.attrs = &s.node->attrs;
     s.call.seed = s.node->seed;
+    if (o.scan) s.call.ctx = o.scan.get();
   }
   resolve_fused(p, [&](int v) { return ptr(p, v); });
   for (auto& s : p.steps)
@@ -447,8 +476,13 @@ void FunctionImpl::execute(Plan& p, const std::vector<NDArray>& fed) const {
       ptr_i = &p.lp_byte;
     }
     p.fed_ptrs[i] = ptr_i;
-    for (ArrayRef* a : p.fed_refs[i]) a->data = ptr_i;
   }
+  execute_ptrs(p);
+}
+
+void FunctionImpl::execute_ptrs(Plan& p) const {
+  for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i)
+    for (ArrayRef* a : p.fed_refs[i]) a->data = p.fed_ptrs[i];
   for (auto& s : p.steps) {
     if (s.node->op == Op::RandomUniform || s.node->op == Op::RandomNormal ||
         s.node->op == Op::TruncatedNormal || s.node->op == Op::DropoutMask)
@@ -504,6 +538,20 @@ NDArray evaluate(const Tensor& t) {
   const bool is_update = n.op == Op::Assign || n.op == Op::Group;
   Function f({}, {t}, is_update ? std::vector<Tensor>{t} : std::vector<Tensor>{});
   return f({})[0];
+}
+
+Plan* function_plan(const Function& f, const std::vector<Shape>& shapes) {
+  return f.impl_->find_plan_shapes(shapes);
+}
+
+void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs) {
+  const FunctionImpl& fi = *f.impl_;
+  for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i) p.fed_ptrs[i] = fed[i];
+  fi.execute_ptrs(p);
+  for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
+    std::memcpy(outs[i], fi.ptr(p, p.outputs[i]), v.bytes);
+  }
 }
 
 bool in_eager_scope() { return t_eager > 0; }

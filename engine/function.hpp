@@ -20,6 +20,11 @@ struct FunctionOptions {
   bool fuse = true;     // fuse elementwise chains where the backend supports it
 };
 
+struct Plan;
+class Function;
+Plan* function_plan(const Function& f, const std::vector<Shape>& shapes);
+void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs);
+
 class Function {
  public:
   Function() = default;
@@ -43,6 +48,8 @@ class Function {
   std::string describe_plan() const;
 
  private:
+  friend Plan* function_plan(const Function&, const std::vector<Shape>&);
+  friend void function_execute_raw(const Function&, Plan&, void* const*, void* const*);
   std::shared_ptr<struct FunctionImpl> impl_;
 };
 

@@ -136,4 +136,28 @@ Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
   return t;
 }
 
+Tensor make_body_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                      const std::string& name, std::shared_ptr<const ScanBody> body) {
+  ensure_ops_registered();
+  for (const auto& t : inputs) (void)t.node();
+  auto n = std::make_shared<Node>();
+  n->op = op;
+  n->dtype = dtype;
+  n->attrs = std::move(attrs);
+  n->inputs = std::move(inputs);
+  n->name = name.empty() ? std::string(op_name(op)) : name;
+  n->body = std::move(body);
+  n->concrete = true;
+  for (const auto& t : n->inputs) {
+    n->concrete = n->concrete && t.node().concrete;
+    n->uses_learning_phase = n->uses_learning_phase || t.node().uses_learning_phase;
+  }
+  std::vector<Shape> in_shapes;
+  for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
+  const OpDef& def = op_def(op);
+  n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  n->id = next_node_id();
+  return Tensor(std::move(n));
+}
+
 }  // namespace ktape

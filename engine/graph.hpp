@@ -18,6 +18,7 @@
 namespace ktape {
 
 struct Node;
+struct ScanBody;
 
 class Tensor {
  public:
@@ -61,6 +62,7 @@ struct Node : std::enable_shared_from_this<Node> {
   NDArray eager_value;                              // computed at creation inside an eager scope
   std::function<void(const NDArray&)> print_hook;   // PrintTensor only
   std::function<Tensor(const Tensor&)> constraint;  // Variable only (Keras's `constraint`)
+  std::shared_ptr<const ScanBody> body;             // Scan only: the loop body
 };
 
 // A gradient rule: given the node, its output tensor y and the incoming gradient g, returns one
@@ -93,6 +95,9 @@ void ensure_ops_registered();
 // Appends a node (or returns an identical pure node already on the tape). Infers the shape.
 Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
                  const std::string& name = "");
+// A node that owns a loop body (Scan). Never shared by hash-consing, never evaluated eagerly.
+Tensor make_body_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                      const std::string& name, std::shared_ptr<const ScanBody> body);
 // Source nodes (placeholder, variable, constant) with a given static shape.
 Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name,
                    NDArray value = {});

@@ -21,9 +21,11 @@
   X(Softmax) X(LogSoftmax) X(SparseSoftmaxCE) X(OneHot)                                     \
   /* linear algebra and layout */                                                           \
   X(MatMul) X(Transpose) X(Reshape) X(ReshapeLike) X(ExpandAxes) X(SqueezeAxes) X(Concat)   \
-  X(ConcatPart)                                                                             \
+  X(ConcatPart) X(Slice) X(SlicePad)                                                        \
   /* state */                                                                               \
-  X(Assign) X(Group)
+  X(Assign) X(Group)                                                                        \
+  /* symbolic loops (engine/scan.hpp) */                                                    \
+  X(Scan) X(ScanPart) X(ScanEmbed)
 // clang-format on
 
 namespace ktape {

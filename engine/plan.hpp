@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/function.hpp"
 #include "engine/graph.hpp"
 #include "engine/kernel_abi.hpp"
 
@@ -26,6 +27,7 @@ struct Value {
   int root = -1;  // value that owns the buffer (itself unless an alias)
   int last_use = -1;
   bool pinned = false;
+  std::shared_ptr<struct ScanLayout> scan;  // Scan, ScanPart, ScanEmbed: the concrete layout
 };
 
 struct FusedProgram;
@@ -60,5 +62,11 @@ struct Plan {
   std::vector<void*> fed_ptrs;
   bool lp_byte = false;
 };
+
+// Function internals for nested execution (a Scan runs its body's plan once per step).
+// The plan for these input shapes, compiled on first use.
+Plan* function_plan(const Function& f, const std::vector<Shape>& shapes);
+// Runs `p` on raw input pointers and copies each output into outs[i]. No allocation.
+void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs);
 
 }  // namespace ktape

@@ -185,6 +185,31 @@ G concat_grad(const Node& n, const Tensor&, const Tensor& g) {
 Shape concat_part_rule(const Node& n, const std::vector<Shape>& in) {
   return in[static_cast<std::size_t>(1 + n.attrs.ints[1])];
 }
+// Slice attrs: ints = {start_0..start_r-1, size_0..size_r-1} (size -1: to the end).
+// SlicePad(g, x): x's shape, zeros except the slice, which holds g (the gradient of Slice).
+Shape slice_rule(const Node& n, const std::vector<Shape>& in) {
+  const Shape& x = in[0];
+  const int r = x.ndim();
+  std::vector<std::int64_t> d(static_cast<std::size_t>(r));
+  for (int a = 0; a < r; ++a) {
+    const std::int64_t st = n.attrs.ints[static_cast<std::size_t>(a)];
+    const std::int64_t sz = n.attrs.ints[static_cast<std::size_t>(r + a)];
+    const std::int64_t dim = x[a];
+    if (st < 0 || sz < -1 || (dim >= 0 && st + std::max<std::int64_t>(sz, 0) > dim) ||
+        (dim >= 0 && st > dim))
+      throw ValueError("K::slice: start " + std::to_string(st) + " and size " + std::to_string(sz) +
+                       " on axis " + std::to_string(a) + " leave a tensor of shape " + x.str());
+    d[static_cast<std::size_t>(a)] = sz >= 0 ? sz : (dim >= 0 ? dim - st : -1);
+  }
+  return Shape(std::move(d));
+}
+G slice_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {make_node(Op::SlicePad, {g, n.inputs[0]}, n.attrs, g.dtype())};
+}
+Shape slice_pad_rule(const Node&, const std::vector<Shape>& in) { return in[1]; }
+G slice_pad_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {make_node(Op::Slice, {g}, n.attrs, g.dtype()), Tensor()};
+}
 G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
   const int axis = static_cast<int>(n.attrs.ints[0]);
   const std::size_t k = static_cast<std::size_t>(n.attrs.ints[1]);
@@ -307,6 +332,35 @@ Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
   return make_node(Op::Concat, tensors, std::move(at), tensors[0].dtype());
 }
 
+Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,
+             const std::vector<std::int64_t>& size) {
+  if (static_cast<int>(start.size()) != x.ndim() || static_cast<int>(size.size()) != x.ndim())
+    throw ValueError("K::slice: start and size need one entry per axis of " + x.shape().str() +
+                     " (got " + std::to_string(start.size()) + " and " +
+                     std::to_string(size.size()) + ")");
+  Attrs a;
+  a.ints = start;
+  a.ints.insert(a.ints.end(), size.begin(), size.end());
+  return make_node(Op::Slice, {x}, std::move(a), x.dtype());
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int axis) {
+  if (tensors.empty()) throw ValueError("K::stack: needs at least one tensor");
+  const int r = tensors[0].ndim() + 1;
+  if (axis < -r || axis >= r)
+    throw ValueError("K::stack: axis " + std::to_string(axis) + " out of range for rank " +
+                     std::to_string(r));
+  if (axis < 0) axis += r;
+  std::vector<Tensor> parts;
+  for (const auto& t : tensors) {
+    if (t.shape() != tensors[0].shape())
+      throw ValueError("K::stack: shapes differ: " + tensors[0].shape().str() + " and " +
+                       t.shape().str());
+    parts.push_back(expand_dims(t, axis));
+  }
+  return parts.size() == 1 ? parts[0] : concatenate(parts, axis);
+}
+
 }  // namespace ktape::backend
 
 namespace ktape::ops {
@@ -321,6 +375,8 @@ void register_layout_ops() {
   op_def(Op::SqueezeAxes) = {&squeeze_rule, &squeeze_grad, true, 0, false, 0};
   op_def(Op::Concat) = {&concat_rule, &concat_grad, true, -1, false, 0};
   op_def(Op::ConcatPart) = {&concat_part_rule, &concat_part_grad, true, -1, false, 0};
+  op_def(Op::Slice) = {&slice_rule, &slice_grad, true, -1, false, 0};
+  op_def(Op::SlicePad) = {&slice_pad_rule, &slice_pad_grad, true, -1, false, 0};
 }
 
 }  // namespace ktape::ops

@@ -1,5 +1,5 @@
 // K:: linear algebra and layout: dot, transpose, permute_dimensions, reshape, flatten,
-// batch_flatten, expand_dims, squeeze, concatenate.
+// batch_flatten, expand_dims, squeeze, concatenate, slice, stack.
 #pragma once
 
 #include <vector>
@@ -20,5 +20,11 @@ Tensor batch_flatten(const Tensor& x);  // (batch, prod(rest))
 Tensor expand_dims(const Tensor& x, int axis = -1);
 Tensor squeeze(const Tensor& x, int axis);  // the axis must have size 1
 Tensor concatenate(const std::vector<Tensor>& tensors, int axis = -1);
+// Keras-on-TF `slice`: `size` elements from `start` on every axis; a size of -1 takes the rest
+// of the axis. ValueError when a slice leaves the tensor.
+Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,
+             const std::vector<std::int64_t>& size);
+// Stacks tensors of one shape along a new axis (Keras `stack`).
+Tensor stack(const std::vector<Tensor>& tensors, int axis = 0);
 
 }  // namespace ktape::backend

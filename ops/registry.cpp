@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "engine/graph.hpp"
+#include "engine/scan.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape {
@@ -16,6 +17,7 @@ void ensure_ops_registered() {
     ops::register_nn_ops();
     ops::register_layout_ops();
     ops::register_control_ops();
+    register_scan_ops();
     // Ops whose kernels compute element i from element i of each input (size-1 inputs
     // broadcast): Function may fuse chains of them (engine/fusion.hpp).
     for (Op op :

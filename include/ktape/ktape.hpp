@@ -19,4 +19,5 @@
 #include "ops/layout.hpp"
 #include "ops/nn.hpp"
 #include "ops/reductions.hpp"
+#include "ops/rnn.hpp"
 #include "optim/optimizers.hpp"

@@ -91,6 +91,43 @@ void concat_part_kernel(const KernelCall& c) {
       y[o * nk * inner + j] = pg[(o * n_g + off) * inner + j];
 }
 
+// Walks the elements of a slice of `full` (start per axis, `part` dims): f(part index, full index).
+template <class F>
+void for_slice(const ArrayRef& full, const ArrayRef& part, const std::int64_t* start, F f) {
+  const int r = full.ndim;
+  std::int64_t strides[kMaxRank], idx[kMaxRank] = {};
+  contiguous_strides(full.dims, r, strides);
+  std::int64_t s = 0;
+  for (int d = 0; d < r; ++d) s += start[d] * strides[d];
+  for (std::int64_t i = 0; i < part.size; ++i) {
+    f(i, s);
+    for (int d = r - 1; d >= 0; --d) {
+      ++idx[d];
+      s += strides[d];
+      if (idx[d] < part.dims[d]) break;
+      s -= strides[d] * part.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+void slice_kernel(const KernelCall& c) {
+  const T* x = ptr<T>(c.in[0]);
+  T* y = ptr<T>(c.out);
+  for_slice(c.in[0], c.out, c.attrs->ints.data(),
+            [&](std::int64_t i, std::int64_t s) { y[i] = x[s]; });
+}
+
+template <class T>
+void slice_pad_kernel(const KernelCall& c) {
+  const T* g = ptr<T>(c.in[0]);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
+  for_slice(c.out, c.in[0], c.attrs->ints.data(),
+            [&](std::int64_t i, std::int64_t s) { y[s] = g[i]; });
+}
+
 template <class... Ts>
 struct TypeList {};
 
@@ -103,6 +140,8 @@ void reg_all(Backend& b, TypeList<Ts...>) {
   (b.set(Op::Transpose, dtype_of<Ts>, &transpose_kernel<Ts>), ...);
   (b.set(Op::Concat, dtype_of<Ts>, &concat_kernel<Ts>), ...);
   (b.set(Op::ConcatPart, dtype_of<Ts>, &concat_part_kernel<Ts>), ...);
+  (b.set(Op::Slice, dtype_of<Ts>, &slice_kernel<Ts>), ...);
+  (b.set(Op::SlicePad, dtype_of<Ts>, &slice_pad_kernel<Ts>), ...);
 }
 
 }  // namespace

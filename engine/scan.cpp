@@ -1,0 +1,489 @@
+#include "engine/scan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autodiff/gradients.hpp"
+#include "engine/errors.hpp"
+#include "engine/scan_exec.hpp"
+#include "ops/core.hpp"
+#include "ops/elementwise.hpp"
+#include "ops/reductions.hpp"
+
+namespace ktape {
+
+namespace {
+
+std::string describe(const Tensor& t) {
+  return "'" + t.name() + "' (shape " + t.shape().str() + ", " +
+         std::string(dtype_name(t.dtype())) + ")";
+}
+
+// Closes a body over its placeholders: every tensor the results use that does not depend on a
+// parameter becomes a capture, replaced inside the body by a fresh placeholder.
+struct ClosedBody {
+  std::vector<Tensor> results;
+  std::vector<Tensor> capture_params;  // placeholders inside the body
+  std::vector<Tensor> captures;        // the outer tensors they stand for
+};
+
+ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tensor>& results,
+                      const std::string& who) {
+  std::unordered_set<Node*> param_set;
+  for (const auto& p : params) param_set.insert(p.node_ptr().get());
+  std::unordered_map<Node*, bool> dep;
+  std::function<bool(Node*)> depends = [&](Node* n) -> bool {
+    if (param_set.count(n)) return true;
+    auto it = dep.find(n);
+    if (it != dep.end()) return it->second;
+    bool d = false;
+    for (const auto& in : n->inputs) d = depends(in.node_ptr().get()) || d;
+    dep[n] = d;
+    return d;
+  };
+  std::vector<Node*> body;  // nodes that depend on a parameter (parameters excluded)
+  std::vector<Node*> caps;
+  std::unordered_set<Node*> seen, cap_seen;
+  std::vector<Node*> stack;
+  auto add_capture = [&](Node* n) {
+    if (cap_seen.insert(n).second) caps.push_back(n);
+  };
+  for (const auto& r : results) {
+    Node* n = r.node_ptr().get();
+    if (!depends(n))
+      add_capture(n);
+    else
+      stack.push_back(n);
+  }
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (param_set.count(n) || !seen.insert(n).second) continue;
+    if (n->op == Op::Assign || n->op == Op::Group)
+      throw ValueError(who + ": the step function assigns a variable (" + n->name +
+                       "); a loop body must be free of updates");
+    body.push_back(n);
+    for (const auto& in : n->inputs) {
+      Node* m = in.node_ptr().get();
+      if (depends(m))
+        stack.push_back(m);
+      else
+        add_capture(m);
+    }
+  }
+  std::sort(body.begin(), body.end(), [](Node* a, Node* b) { return a->id < b->id; });
+  std::sort(caps.begin(), caps.end(), [](Node* a, Node* b) { return a->id < b->id; });
+
+  ClosedBody out;
+  std::unordered_map<Node*, Tensor> map;
+  for (const auto& p : params) map[p.node_ptr().get()] = p;
+  for (Node* c : caps) {
+    Tensor ph = make_source(Op::Placeholder, c->shape, c->dtype, "capture/" + c->name);
+    map[c] = ph;
+    out.capture_params.push_back(ph);
+    out.captures.push_back(Tensor(c->shared_from_this()));
+  }
+  for (Node* n : body) {
+    std::vector<Tensor> ins;
+    for (const auto& in : n->inputs) ins.push_back(map.at(in.node_ptr().get()));
+    Tensor t = n->body ? make_body_node(n->op, std::move(ins), n->attrs, n->dtype, n->name, n->body)
+                       : make_node(n->op, std::move(ins), n->attrs, n->dtype, n->name);
+    Node& nn = t.node();
+    if (nn.seed == 0) nn.seed = n->seed;
+    if (n->print_hook && !nn.print_hook) nn.print_hook = n->print_hook;
+    map[n] = t;
+  }
+  for (const auto& r : results) out.results.push_back(map.at(r.node_ptr().get()));
+  return out;
+}
+
+int part_number(const ScanBody& b, ScanPartKind kind, int index) {
+  switch (kind) {
+    case ScanPartKind::kOutput:
+      return index;
+    case ScanPartKind::kStored:
+      return b.n_out + index;
+    case ScanPartKind::kFinal:
+      break;
+  }
+  return b.n_out + b.n_carry + index;
+}
+
+Shape prepend(std::int64_t t, const Shape& s) {
+  std::vector<std::int64_t> d{t};
+  d.insert(d.end(), s.dims().begin(), s.dims().end());
+  return Shape(std::move(d));
+}
+
+Shape drop_first(const Shape& s) {
+  return Shape(std::vector<std::int64_t>(s.dims().begin() + 1, s.dims().end()));
+}
+
+// Static shape of a part at build time (None where unknown).
+Shape static_part_shape(const Node& scan, int part) {
+  const ScanBody& b = *scan.body;
+  const std::int64_t T = scan.inputs[0].shape()[0];
+  if (part < b.n_out) return prepend(T, b.results[static_cast<std::size_t>(part)].shape());
+  part -= b.n_out;
+  const auto& carry = b.params[static_cast<std::size_t>(b.n_seq + part % b.n_carry)].shape();
+  return part < b.n_carry ? prepend(T, carry) : carry;
+}
+
+Shape scan_rule(const Node&, const std::vector<Shape>&) { return Shape{-1}; }
+Shape scan_part_rule(const Node& n, const std::vector<Shape>&) {
+  return static_part_shape(n.inputs[1].node(), static_cast<int>(n.attrs.ints[0]));
+}
+Shape scan_embed_rule(const Node&, const std::vector<Shape>&) { return Shape{-1}; }
+
+Tensor part_node(Op op, const Tensor& buf, const Tensor& scan, int part) {
+  Attrs a;
+  a.ints = {part};
+  return make_node(op, {buf, scan}, std::move(a), buf.dtype());
+}
+
+std::vector<Tensor> scan_part_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {part_node(Op::ScanEmbed, g, n.inputs[1], static_cast<int>(n.attrs.ints[0])), Tensor()};
+}
+std::vector<Tensor> scan_embed_grad(const Node& n, const Tensor&, const Tensor& g) {
+  return {part_node(Op::ScanPart, g, n.inputs[1], static_cast<int>(n.attrs.ints[0])), Tensor()};
+}
+
+Tensor zeros_for(const Tensor& like) {
+  return backend::zeros_like(like, {.dtype = std::string(dtype_name(like.dtype()))});
+}
+
+// The gradient of a Scan is a Scan over the reversed time axis. Its body recomputes the forward
+// step from the stored carries (rematerialization: memory stays O(T * carries)), then takes the
+// vector-Jacobian product with the incoming gradients using ordinary graph nodes.
+std::vector<Tensor> scan_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const ScanBody& B = *n.body;
+  const auto ns = static_cast<std::size_t>(B.n_seq), nc = static_cast<std::size_t>(B.n_carry),
+             nst = static_cast<std::size_t>(B.n_static), no = static_cast<std::size_t>(B.n_out);
+  ScanSpec spec;
+  spec.name = n.name + "/grad";
+  std::unordered_map<Node*, Tensor> fwd_map;
+  std::vector<Tensor> x_ph, c_ph, s_ph;
+  for (std::size_t i = 0; i < ns; ++i) {
+    const Tensor& p = B.params[i];
+    x_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/x"));
+    spec.seq_params.push_back(x_ph.back());
+    spec.seqs.push_back(n.inputs[i]);
+    spec.seq_reverse.push_back(!B.seq_reverse[i]);
+  }
+  for (std::size_t k = 0; k < nc; ++k) {
+    const Tensor& p = B.params[ns + k];
+    c_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/carry"));
+    spec.seq_params.push_back(c_ph.back());
+    spec.seqs.push_back(scan_part(y, y, ScanPartKind::kStored, static_cast<int>(k)));
+    spec.seq_reverse.push_back(1);
+  }
+  std::vector<Tensor> dy_ph, dst_ph;
+  for (std::size_t m = 0; m < no; ++m) {
+    const Tensor& r = B.results[m];
+    dy_ph.push_back(make_source(Op::Placeholder, r.shape(), r.dtype(), "grad/dy"));
+    spec.seq_params.push_back(dy_ph.back());
+    spec.seqs.push_back(scan_part(g, y, ScanPartKind::kOutput, static_cast<int>(m)));
+    spec.seq_reverse.push_back(!B.out_reverse[m]);
+  }
+  for (std::size_t k = 0; k < nc; ++k) {
+    const Tensor& p = B.params[ns + k];
+    dst_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/dstored"));
+    spec.seq_params.push_back(dst_ph.back());
+    spec.seqs.push_back(scan_part(g, y, ScanPartKind::kStored, static_cast<int>(k)));
+    spec.seq_reverse.push_back(1);
+  }
+  // Carries: the gradient of each forward carry, then an accumulator per float static.
+  std::vector<Tensor> dc_ph;
+  for (std::size_t k = 0; k < nc; ++k) {
+    const Tensor& p = B.params[ns + k];
+    dc_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/dcarry"));
+    spec.carry_params.push_back(dc_ph.back());
+    spec.inits.push_back(scan_part(g, y, ScanPartKind::kFinal, static_cast<int>(k)));
+  }
+  std::vector<std::size_t> acc_of;  // static index for each accumulator
+  std::vector<Tensor> acc_ph;
+  for (std::size_t c = 0; c < nst; ++c) {
+    const Tensor& outer = n.inputs[ns + nc + c];
+    const Tensor& p = B.params[ns + nc + c];
+    s_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/static"));
+    spec.static_params.push_back(s_ph.back());
+    spec.statics.push_back(outer);
+    if (is_floating(p.dtype())) {
+      acc_of.push_back(c);
+      acc_ph.push_back(make_source(Op::Placeholder, outer.shape(), p.dtype(), "grad/acc"));
+      spec.carry_params.push_back(acc_ph.back());
+      spec.inits.push_back(zeros_for(outer));
+    }
+  }
+  // Recompute the forward step on the new placeholders.
+  std::vector<Tensor> fwd_params;
+  for (auto& t : x_ph) fwd_params.push_back(t);
+  for (auto& t : c_ph) fwd_params.push_back(t);
+  for (auto& t : s_ph) fwd_params.push_back(t);
+  std::unordered_map<Node*, Tensor> map;
+  for (std::size_t i = 0; i < B.params.size(); ++i)
+    map[B.params[i].node_ptr().get()] = fwd_params[i];
+  {
+    std::vector<Node*> order;
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack;
+    for (const auto& r : B.results) stack.push_back(r.node_ptr().get());
+    while (!stack.empty()) {
+      Node* m = stack.back();
+      stack.pop_back();
+      if (map.count(m) || !seen.insert(m).second) continue;
+      order.push_back(m);
+      for (const auto& in : m->inputs) stack.push_back(in.node_ptr().get());
+    }
+    std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->id < b->id; });
+    for (Node* m : order) {
+      if (m->op == Op::Placeholder || m->op == Op::Variable || m->op == Op::Constant) {
+        map[m] = Tensor(m->shared_from_this());  // a closed body has none but its params
+        continue;
+      }
+      std::vector<Tensor> ins;
+      for (const auto& in : m->inputs) ins.push_back(map.at(in.node_ptr().get()));
+      Tensor t = m->body
+                     ? make_body_node(m->op, std::move(ins), m->attrs, m->dtype, m->name, m->body)
+                     : make_node(m->op, std::move(ins), m->attrs, m->dtype, m->name);
+      if (t.node().seed == 0) t.node().seed = m->seed;
+      map[m] = t;
+    }
+  }
+  Tensor loss;
+  auto add_term = [&](const Tensor& r, const Tensor& w) {
+    if (!is_floating(r.dtype())) return;
+    Tensor term = backend::sum(r * w);
+    loss = loss.defined() ? loss + term : term;
+  };
+  for (std::size_t m = 0; m < no; ++m) add_term(map.at(B.results[m].node_ptr().get()), dy_ph[m]);
+  for (std::size_t k = 0; k < nc; ++k)
+    add_term(map.at(B.results[no + k].node_ptr().get()), dc_ph[k]);
+  std::vector<Tensor> wrt;
+  for (auto& t : fwd_params) wrt.push_back(t);
+  std::vector<Tensor> grads(wrt.size());
+  if (loss.defined()) grads = gradients(loss, wrt);
+  auto or_zeros = [&](const Tensor& gr, const Tensor& like) {
+    return gr.defined() ? gr : zeros_for(like);
+  };
+  std::vector<int> dx_of(ns, -1);  // output index of each sequence's gradient (float only)
+  for (std::size_t i = 0; i < ns; ++i) {
+    if (!is_floating(x_ph[i].dtype())) continue;
+    dx_of[i] = static_cast<int>(spec.outputs.size());
+    spec.outputs.push_back(or_zeros(grads[i], x_ph[i]));
+    spec.out_reverse.push_back(!B.seq_reverse[i]);
+  }
+  for (std::size_t k = 0; k < nc; ++k) {
+    Tensor d = or_zeros(grads[ns + k], c_ph[k]);
+    spec.new_carries.push_back(d + dst_ph[k]);
+  }
+  for (std::size_t a = 0; a < acc_of.size(); ++a) {
+    const Tensor& gr = grads[ns + nc + acc_of[a]];
+    spec.new_carries.push_back(gr.defined() ? acc_ph[a] + gr : acc_ph[a]);
+  }
+  ScanResult back = make_scan(spec);
+  std::vector<Tensor> out(n.inputs.size());
+  for (std::size_t i = 0; i < ns; ++i)
+    if (dx_of[i] >= 0) out[i] = back.outputs[static_cast<std::size_t>(dx_of[i])];
+  for (std::size_t k = 0; k < nc; ++k) out[ns + k] = back.final_carries[k];
+  for (std::size_t a = 0; a < acc_of.size(); ++a)
+    out[ns + nc + acc_of[a]] = back.final_carries[nc + a];
+  return out;
+}
+
+}  // namespace
+
+Tensor scan_part(const Tensor& buf, const Tensor& scan, ScanPartKind kind, int index) {
+  return part_node(Op::ScanPart, buf, scan, part_number(*scan.node().body, kind, index));
+}
+
+ScanResult make_scan(const ScanSpec& spec) {
+  const std::string who = "K::" + spec.name;
+  if (spec.seqs.empty()) throw ValueError(who + ": needs at least one sequence to iterate over");
+  if (spec.seq_params.size() != spec.seqs.size() || spec.carry_params.size() != spec.inits.size() ||
+      spec.static_params.size() != spec.statics.size() ||
+      spec.new_carries.size() != spec.carry_params.size())
+    throw ValueError(who + ": mismatched parameter lists");
+  for (const auto& s : spec.seqs)
+    if (s.ndim() < 1) throw ValueError(who + ": sequence " + describe(s) + " has no time axis");
+  std::vector<Tensor> results = spec.outputs;
+  results.insert(results.end(), spec.new_carries.begin(), spec.new_carries.end());
+  if (results.empty()) throw ValueError(who + ": the body returns nothing");
+  const DType dt = results[0].dtype();
+  for (const auto& r : results)
+    if (r.dtype() != dt)
+      throw NotImplementedError(who +
+                                ": every output and state of a loop must have one dtype; got " +
+                                std::string(dtype_name(dt)) + " and " + describe(r));
+  for (std::size_t k = 0; k < spec.carry_params.size(); ++k) {
+    const Shape& a = spec.carry_params[k].shape();
+    const Shape& b = spec.new_carries[k].shape();
+    bool ok = a.ndim() == b.ndim() && spec.carry_params[k].dtype() == spec.new_carries[k].dtype();
+    for (int d = 0; ok && d < a.ndim(); ++d) ok = a[d] < 0 || b[d] < 0 || a[d] == b[d];
+    if (!ok)
+      throw ValueError(who + ": state " + std::to_string(k) + " comes back as " +
+                       describe(spec.new_carries[k]) + " but went in as " +
+                       describe(spec.carry_params[k]) + "; states must keep their shape and dtype");
+  }
+  std::vector<Tensor> params = spec.seq_params;
+  params.insert(params.end(), spec.carry_params.begin(), spec.carry_params.end());
+  params.insert(params.end(), spec.static_params.begin(), spec.static_params.end());
+  ClosedBody closed = close_body(params, results, who);
+
+  auto body = std::make_shared<ScanBody>();
+  body->n_seq = static_cast<int>(spec.seqs.size());
+  body->n_carry = static_cast<int>(spec.inits.size());
+  body->n_static = static_cast<int>(spec.statics.size() + closed.captures.size());
+  body->n_out = static_cast<int>(spec.outputs.size());
+  body->seq_reverse = spec.seq_reverse;
+  body->seq_reverse.resize(spec.seqs.size(), 0);
+  body->out_reverse = spec.out_reverse;
+  body->out_reverse.resize(spec.outputs.size(), 0);
+  body->params = params;
+  body->params.insert(body->params.end(), closed.capture_params.begin(),
+                      closed.capture_params.end());
+  body->results = closed.results;
+  body->dtype = dt;
+  body->fn = Function(body->params, body->results, {}, {});
+
+  std::vector<Tensor> ins = spec.seqs;
+  ins.insert(ins.end(), spec.inits.begin(), spec.inits.end());
+  ins.insert(ins.end(), spec.statics.begin(), spec.statics.end());
+  ins.insert(ins.end(), closed.captures.begin(), closed.captures.end());
+  ScanResult r;
+  r.node = make_body_node(Op::Scan, std::move(ins), {}, dt, spec.name, body);
+  for (int m = 0; m < body->n_out; ++m)
+    r.outputs.push_back(scan_part(r.node, r.node, ScanPartKind::kOutput, m));
+  for (int k = 0; k < body->n_carry; ++k)
+    r.final_carries.push_back(scan_part(r.node, r.node, ScanPartKind::kFinal, k));
+  return r;
+}
+
+std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shape>& in) {
+  const ScanBody& b = *scan.body;
+  const std::string who = "K::" + scan.name;
+  auto l = std::make_shared<ScanLayout>();
+  l->body = &b;
+  l->T = in[0][0];
+  for (int i = 1; i < b.n_seq; ++i)
+    if (in[static_cast<std::size_t>(i)][0] != l->T)
+      throw ValueError(who + ": sequences differ in length: " + in[0].str() + " and " +
+                       in[static_cast<std::size_t>(i)].str());
+  std::vector<Shape> sig;
+  for (int i = 0; i < b.n_seq; ++i) sig.push_back(drop_first(in[static_cast<std::size_t>(i)]));
+  for (std::size_t i = static_cast<std::size_t>(b.n_seq); i < in.size(); ++i) sig.push_back(in[i]);
+  for (std::size_t i = 0; i < sig.size(); ++i) {
+    const Shape& want = b.params[i].shape();
+    bool ok = want.ndim() == sig[i].ndim();
+    for (int d = 0; ok && d < want.ndim(); ++d) ok = want[d] < 0 || want[d] == sig[i][d];
+    if (!ok)
+      throw ValueError(who + ": loop input " + std::to_string(i) + " has shape " + sig[i].str() +
+                       " per step, but the step function was built for " + want.str());
+  }
+  l->plan = function_plan(b.fn, sig);
+  const Plan& p = *l->plan;
+  auto result_shape = [&](std::size_t r) {
+    return p.values[static_cast<std::size_t>(p.outputs[r])].shape;
+  };
+  for (int m = 0; m < b.n_out; ++m)
+    l->parts.push_back(prepend(l->T, result_shape(static_cast<std::size_t>(m))));
+  for (int k = 0; k < b.n_carry; ++k) {
+    const Shape& c = sig[static_cast<std::size_t>(b.n_seq + k)];
+    const Shape got = result_shape(static_cast<std::size_t>(b.n_out + k));
+    if (got != c)
+      throw ValueError(who + ": state " + std::to_string(k) + " comes back with shape " +
+                       got.str() + " but went in with shape " + c.str());
+    l->parts.push_back(prepend(l->T, c));
+  }
+  for (int k = 0; k < b.n_carry; ++k)
+    l->parts.push_back(sig[static_cast<std::size_t>(b.n_seq + k)]);
+  for (const auto& s : l->parts) {
+    l->offset.push_back(l->total);
+    l->total += s.num_elements();
+  }
+  const std::size_t es = dtype_size(b.dtype);
+  for (int i = 0; i < b.n_seq; ++i)
+    l->seq_step_bytes.push_back(
+        static_cast<std::size_t>(sig[static_cast<std::size_t>(i)].num_elements()) *
+        dtype_size(b.params[static_cast<std::size_t>(i)].dtype()));
+  for (int m = 0; m < b.n_out; ++m)
+    l->out_step_bytes.push_back(
+        static_cast<std::size_t>(result_shape(static_cast<std::size_t>(m)).num_elements()) * es);
+  for (int k = 0; k < b.n_carry; ++k)
+    l->carry_bytes.push_back(
+        static_cast<std::size_t>(sig[static_cast<std::size_t>(b.n_seq + k)].num_elements()) * es);
+  l->fed.resize(b.params.size());
+  l->outs.resize(b.results.size());
+  return l;
+}
+
+Shape scan_layout_shape(const ScanLayout& l, int part) {
+  return part < 0 ? Shape{l.total} : l.parts[static_cast<std::size_t>(part)];
+}
+
+void run_scan(const KernelCall& c) {
+  auto& l = *const_cast<ScanLayout*>(static_cast<const ScanLayout*>(c.ctx));
+  const ScanBody& b = *l.body;
+  const std::size_t es = dtype_size(b.dtype);
+  char* base = static_cast<char*>(c.out.data);
+  auto part = [&](int k) {
+    return base + static_cast<std::size_t>(l.offset[static_cast<std::size_t>(k)]) * es;
+  };
+  const std::size_t ns = static_cast<std::size_t>(b.n_seq),
+                    nc = static_cast<std::size_t>(b.n_carry);
+  // Carries live in the stored parts: step j reads slot j and writes slot j + 1 (or the final).
+  for (std::size_t k = 0; k < nc; ++k) {
+    char* dst = l.T > 0 ? part(b.n_out + static_cast<int>(k))
+                        : part(b.n_out + b.n_carry + static_cast<int>(k));
+    std::memcpy(dst, c.in[ns + k].data, l.carry_bytes[k]);
+  }
+  for (std::size_t s = ns + nc; s < b.params.size(); ++s) l.fed[s] = c.in[s].data;
+  for (std::int64_t j = 0; j < l.T; ++j) {
+    for (std::size_t i = 0; i < ns; ++i) {
+      const std::int64_t t = b.seq_reverse[i] ? l.T - 1 - j : j;
+      l.fed[i] =
+          static_cast<char*>(c.in[i].data) + static_cast<std::size_t>(t) * l.seq_step_bytes[i];
+    }
+    for (std::size_t k = 0; k < nc; ++k) {
+      char* stored = part(b.n_out + static_cast<int>(k));
+      l.fed[ns + k] = stored + static_cast<std::size_t>(j) * l.carry_bytes[k];
+      l.outs[static_cast<std::size_t>(b.n_out) + k] =
+          j + 1 < l.T ? stored + static_cast<std::size_t>(j + 1) * l.carry_bytes[k]
+                      : part(b.n_out + b.n_carry + static_cast<int>(k));
+    }
+    for (std::size_t m = 0; m < static_cast<std::size_t>(b.n_out); ++m) {
+      const std::int64_t t = b.out_reverse[m] ? l.T - 1 - j : j;
+      l.outs[m] = part(static_cast<int>(m)) + static_cast<std::size_t>(t) * l.out_step_bytes[m];
+    }
+    function_execute_raw(b.fn, *l.plan, l.fed.data(), l.outs.data());
+  }
+}
+
+void run_scan_part(const KernelCall& c) {
+  const auto& l = *static_cast<const ScanLayout*>(c.ctx);
+  const std::size_t es = dtype_size(c.out.dtype);
+  const auto k = static_cast<std::size_t>(c.attrs->ints[0]);
+  std::memcpy(c.out.data,
+              static_cast<const char*>(c.in[0].data) + static_cast<std::size_t>(l.offset[k]) * es,
+              static_cast<std::size_t>(c.out.size) * es);
+}
+
+void run_scan_embed(const KernelCall& c) {
+  const auto& l = *static_cast<const ScanLayout*>(c.ctx);
+  const std::size_t es = dtype_size(c.out.dtype);
+  const auto k = static_cast<std::size_t>(c.attrs->ints[0]);
+  std::memset(c.out.data, 0, static_cast<std::size_t>(c.out.size) * es);
+  std::memcpy(static_cast<char*>(c.out.data) + static_cast<std::size_t>(l.offset[k]) * es,
+              c.in[0].data, static_cast<std::size_t>(c.in[0].size) * es);
+}
+
+void register_scan_ops() {
+  op_def(Op::Scan) = {&scan_rule, &scan_grad, false, -1, false, -1};
+  op_def(Op::ScanPart) = {&scan_part_rule, &scan_part_grad, true, -1, false, -1};
+  op_def(Op::ScanEmbed) = {&scan_embed_rule, &scan_embed_grad, true, -1, false, -1};
+}
+
+}  // namespace ktape

@@ -1,0 +1,63 @@
+// Scan: a symbolic loop. A Scan node owns a body sub-graph, closed over its own placeholders,
+// that maps (slices of the sequences at step j, carries, statics) to (per-step outputs, new
+// carries). It runs the body over the time axis (axis 0 of every sequence) in one step of the
+// enclosing Function, without allocating per step, and its gradient is a second Scan running
+// backwards that accumulates the gradients of everything the body captured (weights included).
+// K::rnn, map_fn, foldl and foldr are built on it (ops/rnn.hpp).
+//
+// A Scan node's value is one flat buffer holding, in order: each per-step output stacked over
+// time (T, ...), each carry as it was before every step (T, ...), and each final carry. ScanPart
+// nodes cut the parts out (build them with scan_part()).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/function.hpp"
+#include "engine/graph.hpp"
+
+namespace ktape {
+
+struct ScanBody {
+  int n_seq = 0, n_carry = 0, n_static = 0, n_out = 0;
+  std::vector<char> seq_reverse;  // sequence i is read at T-1-j on step j
+  std::vector<char> out_reverse;  // output m is written at T-1-j on step j
+  std::vector<Tensor> params;     // placeholders: sequence slices, carries, statics
+  std::vector<Tensor> results;    // n_out per-step outputs, then n_carry new carries
+  DType dtype = DType::float32;   // of every output and carry (the flat buffer)
+  Function fn;                    // params -> results
+};
+
+struct ScanSpec {
+  // The body's placeholders and outer values. Sequences are time-major: (T, ...), and their
+  // placeholders have the per-step shape. Statics are fed unchanged to every step.
+  std::vector<Tensor> seq_params, seqs;
+  std::vector<Tensor> carry_params, inits;
+  std::vector<Tensor> static_params, statics;
+  std::vector<Tensor> outputs;                 // per-step outputs, stacked over time
+  std::vector<Tensor> new_carries;             // aligned with carry_params
+  std::vector<char> seq_reverse, out_reverse;  // empty = all false
+  std::string name = "scan";
+};
+
+struct ScanResult {
+  Tensor node;                        // the Scan node (flat buffer)
+  std::vector<Tensor> outputs;        // stacked (T, ...) per-step outputs
+  std::vector<Tensor> final_carries;  // carries after the last step
+};
+
+// Builds a Scan. Any other tensor the body uses (variables, constants, outer tensors, the
+// learning phase) is captured automatically as an extra static. Throws ValueError for a body
+// that assigns variables or returns carries whose shape or dtype differ from the initial ones.
+ScanResult make_scan(const ScanSpec& spec);
+
+// Part k of a Scan node's flat buffer `buf` (the node itself or a gradient of it).
+enum class ScanPartKind { kOutput, kStored, kFinal };
+Tensor scan_part(const Tensor& buf, const Tensor& scan, ScanPartKind kind, int index);
+
+// Engine internals used by Function's compile.
+struct ScanLayout;
+void register_scan_ops();
+
+}  // namespace ktape
