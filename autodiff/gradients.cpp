@@ -21,25 +21,44 @@ Tensor sum_grads(std::vector<Tensor>& gs) {
 }  // namespace
 
 std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& xs) {
-  ensure_ops_registered();
   if (!loss.defined()) throw ValueError("K::gradients: `loss` is a null tensor");
+  return gradients(std::vector<Tensor>{loss}, xs, std::vector<Tensor>{Tensor()});
+}
+
+std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vector<Tensor>& xs,
+                              const std::vector<Tensor>& grad_ys) {
+  ensure_ops_registered();
+  if (grad_ys.size() != ys_in.size())
+    throw ValueError("K::gradients: " + std::to_string(grad_ys.size()) + " grad_ys for " +
+                     std::to_string(ys_in.size()) + " ys");
+  for (std::size_t i = 0; i < ys_in.size(); ++i)
+    if (!ys_in[i].defined())
+      throw ValueError("K::gradients: ys[" + std::to_string(i) + "] is a null tensor");
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (!xs[i].defined())
       throw ValueError("K::gradients: variables[" + std::to_string(i) + "] is a null tensor");
   std::vector<Tensor> result(xs.size());
-  if (!is_floating(loss.dtype())) return result;
+  std::vector<Tensor> ys, seeds;
+  for (std::size_t i = 0; i < ys_in.size(); ++i)
+    if (is_floating(ys_in[i].dtype())) {
+      ys.push_back(ys_in[i]);
+      seeds.push_back(grad_ys[i]);
+    }
+  if (ys.empty()) return result;
 
-  std::int64_t min_id = loss.id();
+  std::int64_t min_id = ys[0].id();
+  for (const auto& y : ys) min_id = std::min(min_id, y.id());
   std::unordered_set<Node*> targets;
   for (const auto& x : xs) {
     min_id = std::min(min_id, x.id());
     targets.insert(x.node_ptr().get());
   }
-  // Nodes the loss depends on that were created no earlier than the first x.
+  // Nodes the ys depend on that were created no earlier than the first x.
   std::vector<Node*> nodes;
   {
     std::unordered_set<Node*> seen;
-    std::vector<Node*> stack{loss.node_ptr().get()};
+    std::vector<Node*> stack;
+    for (const auto& y : ys) stack.push_back(y.node_ptr().get());
     while (!stack.empty()) {
       Node* n = stack.back();
       stack.pop_back();
@@ -61,11 +80,18 @@ std::vector<Tensor> gradients(const Tensor& loss, const std::vector<Tensor>& xs)
 
   std::unordered_map<Node*, std::vector<Tensor>> pending;
   std::unordered_map<Node*, Tensor> total;
-  if (on_path.count(loss.node_ptr().get())) {
-    Attrs one;
-    one.floats = {1.0};
-    pending[loss.node_ptr().get()].push_back(
-        make_node(Op::FillLike, {loss}, std::move(one), loss.dtype()));
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    const Tensor& y = ys[i];
+    if (!on_path.count(y.node_ptr().get())) continue;
+    Tensor seed = seeds[i];
+    if (!seed.defined()) {
+      Attrs one;
+      one.floats = {1.0};
+      seed = make_node(Op::FillLike, {y}, std::move(one), y.dtype());
+    } else if (!provably_same_shape(seed.shape(), y.shape())) {
+      seed = make_node(Op::SumToLike, {seed, y}, {}, seed.dtype());
+    }
+    pending[y.node_ptr().get()].push_back(seed);
   }
   for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     Node* n = *it;

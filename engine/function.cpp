@@ -112,13 +112,14 @@ struct FunctionImpl {
   void* ptr(const Plan& p, int v) const {
     const Value& val =
         p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
+    const std::size_t off = p.values[static_cast<std::size_t>(v)].alias_offset;
     switch (val.kind) {
       case Kind::kArena:
-        return static_cast<char*>(p.arena.get()) + val.offset;
+        return static_cast<char*>(p.arena.get()) + val.offset + off;
       case Kind::kExternal:
-        return val.ext;
+        return static_cast<char*>(val.ext) + off;
       case Kind::kFed:
-        return p.fed_ptrs[static_cast<std::size_t>(val.fed)];
+        return static_cast<char*>(p.fed_ptrs[static_cast<std::size_t>(val.fed)]) + off;
     }
     return nullptr;
   }
@@ -309,6 +310,17 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
         v.scan = ref.scan;
         if (!v.scan)
           throw ValueError("K::function: " + describe(*n) + " does not refer to a scan node");
+        const Value& src =
+            p.values[static_cast<std::size_t>(index.at(n->inputs[0].node_ptr().get()))];
+        if (n->op == Op::ScanPart &&
+            p.values[static_cast<std::size_t>(src.root)].kind == Kind::kArena) {
+          // A view into the flat buffer: no copy.
+          v.root = src.root;
+          v.alias_offset =
+              src.alias_offset +
+              static_cast<std::size_t>(v.scan->offset[static_cast<std::size_t>(n->attrs.ints[0])]) *
+                  dtype_size(n->dtype);
+        }
         v.shape = scan_layout_shape(
             *v.scan, n->op == Op::ScanPart ? static_cast<int>(n->attrs.ints[0]) : -1);
       } else {
@@ -319,10 +331,12 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
                          " for the fed input shapes");
       int alias = def.alias_input;
       if (alias < 0 && def.alias_if_same_shape && in_shapes[0] == v.shape) alias = 0;
-      if (alias >= 0)
-        v.root = p.values[static_cast<std::size_t>(index.at(
-                              n->inputs[static_cast<std::size_t>(alias)].node_ptr().get()))]
-                     .root;
+      if (alias >= 0) {
+        const Value& src = p.values[static_cast<std::size_t>(
+            index.at(n->inputs[static_cast<std::size_t>(alias)].node_ptr().get()))];
+        v.root = src.root;
+        v.alias_offset = src.alias_offset;
+      }
     }
     v.size = v.shape.num_elements();
     v.bytes = static_cast<std::size_t>(v.size) * dtype_size(v.dtype);
@@ -363,6 +377,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
   for (Node* a : assigns) {
     const int vi = index.at(a);
     int root = p.values[static_cast<std::size_t>(vi)].root;
+    int cv = vi;  // the value holding the new data (possibly a view)
     if (p.values[static_cast<std::size_t>(root)].kind != Kind::kArena) {
       Value snap = p.values[static_cast<std::size_t>(root)];
       snap.kind = Kind::kArena;
@@ -370,17 +385,24 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       snap.ext = nullptr;
       snap.fed = -1;
       p.values.push_back(snap);
-      add_step(snap.root, &copy_kernel, {root});
+      snap.alias_offset = 0;
+      const int src = vi;
+      p.values.push_back(snap);
+      p.values.back().shape = p.values[static_cast<std::size_t>(vi)].shape;
+      p.values.back().size = p.values[static_cast<std::size_t>(vi)].size;
+      p.values.back().bytes = p.values[static_cast<std::size_t>(vi)].bytes;
+      add_step(snap.root, &copy_kernel, {src});
       root = snap.root;
+      cv = snap.root;
     }
     Node* var = a->inputs[0].node_ptr().get();
-    const Value& rv = p.values[static_cast<std::size_t>(root)];
+    const Value& rv = p.values[static_cast<std::size_t>(cv)];
     if (rv.shape != var->value.shape() || rv.dtype != var->value.dtype())
       throw ValueError("K::function: update of variable " + describe(*var) +
                        " computes a value of shape " + rv.shape.str() + " and dtype " +
                        std::string(dtype_name(rv.dtype)) +
                        "; it must keep the variable's shape and dtype");
-    p.commits.push_back({var->value.raw_data(), root, rv.bytes});
+    p.commits.push_back({var->value.raw_data(), cv, rv.bytes});
   }
 
   // 3b. Fuse elementwise chains (the outputs and committed values are always written out).
@@ -389,7 +411,8 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
     for (const auto& t : outputs)
       pinned[static_cast<std::size_t>(
           p.values[static_cast<std::size_t>(index.at(t.node_ptr().get()))].root)] = true;
-    for (const auto& c : p.commits) pinned[static_cast<std::size_t>(c.value)] = true;
+    for (const auto& c : p.commits)
+      pinned[static_cast<std::size_t>(p.values[static_cast<std::size_t>(c.value)].root)] = true;
     fuse_elementwise(p, pinned);
   }
 
@@ -404,7 +427,9 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
     p.outputs.push_back(vi);
     p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(vi)].root)].pinned = true;
   }
-  for (const auto& c : p.commits) p.values[static_cast<std::size_t>(c.value)].pinned = true;
+  for (const auto& c : p.commits)
+    p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(c.value)].root)].pinned =
+        true;
   OffsetAllocator arena;
   std::vector<int> outs;
   for (std::size_t si = 0; si < p.steps.size(); ++si) {
@@ -465,6 +490,34 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
           p.values[static_cast<std::size_t>(s.in_values[k])].root)];
       if (r.kind == Kind::kFed) p.fed_refs[static_cast<std::size_t>(r.fed)].push_back(&s.ins[k]);
     }
+  p.out_locs.assign(p.outputs.size(), {});
+  p.out_same.assign(p.outputs.size(), -1);
+  {
+    std::vector<char> aliased(p.values.size(), 0);
+    for (std::size_t v = 0; v < p.values.size(); ++v)
+      if (p.values[v].root != static_cast<int>(v))
+        aliased[static_cast<std::size_t>(p.values[v].root)] = 1;
+    for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+      const int vi = p.outputs[i];
+      const Value& v = p.values[static_cast<std::size_t>(vi)];
+      const auto first = std::find(p.outputs.begin(), p.outputs.end(), vi) - p.outputs.begin();
+      if (static_cast<std::size_t>(first) != i) {
+        if (!p.out_locs[static_cast<std::size_t>(first)].empty())
+          p.out_same[i] = static_cast<int>(first);
+        continue;
+      }
+      if (v.root != vi || v.kind != Kind::kArena || aliased[static_cast<std::size_t>(vi)]) continue;
+      auto& locs = p.out_locs[i];
+      for (auto& s : p.steps) {
+        if (s.out == vi) locs.push_back(&s.call.out.data);
+        if (s.fused)
+          for (std::size_t k = 0; k < s.fused->out_values.size(); ++k)
+            if (s.fused->out_values[k] == vi) locs.push_back(&s.fused->out_ptrs[k]);
+        for (std::size_t k = 0; k < s.in_values.size(); ++k)
+          if (s.in_values[k] == vi) locs.push_back(&s.ins[k].data);
+      }
+    }
+  }
   return plan;
 }
 
@@ -547,10 +600,19 @@ Plan* function_plan(const Function& f, const std::vector<Shape>& shapes) {
 void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs) {
   const FunctionImpl& fi = *f.impl_;
   for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i) p.fed_ptrs[i] = fed[i];
+  for (std::size_t i = 0; i < p.outputs.size(); ++i)
+    for (void** loc : p.out_locs[i]) *loc = outs[i];
   fi.execute_ptrs(p);
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    if (!p.out_locs[i].empty()) continue;
     const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
-    std::memcpy(outs[i], fi.ptr(p, p.outputs[i]), v.bytes);
+    const void* src = p.out_same[i] >= 0 ? outs[p.out_same[i]] : fi.ptr(p, p.outputs[i]);
+    std::memcpy(outs[i], src, v.bytes);
+  }
+  for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    if (p.out_locs[i].empty()) continue;
+    void* home = fi.ptr(p, p.outputs[i]);
+    for (void** loc : p.out_locs[i]) *loc = home;
   }
 }
 

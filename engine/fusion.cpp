@@ -51,6 +51,9 @@ struct Scratch {
 void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   const std::size_t ns = p.steps.size();
   const std::size_t nv = p.values.size();
+  std::vector<char> offset_view(nv, 0);  // read through a view at an offset: never a register
+  for (std::size_t v = 0; v < nv; ++v)
+    if (p.values[v].alias_offset != 0) offset_view[static_cast<std::size_t>(p.values[v].root)] = 1;
   std::vector<std::vector<int>> consumers(nv);
   for (std::size_t si = 0; si < ns; ++si)
     for (int iv : p.steps[si].in_values) {
@@ -71,7 +74,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     const std::int64_t n = p.values[static_cast<std::size_t>(st.out)].size;
     int chosen = -1;
     const auto& cs = consumers[static_cast<std::size_t>(st.out)];
-    {
+    if (!offset_view[static_cast<std::size_t>(st.out)]) {
       for (int c : cs) {
         const int g = group_of[static_cast<std::size_t>(c)];
         if (g < 0 ||

@@ -24,7 +24,8 @@ struct Value {
   std::size_t offset = 0;
   void* ext = nullptr;
   int fed = -1;
-  int root = -1;  // value that owns the buffer (itself unless an alias)
+  int root = -1;                 // value that owns the buffer (itself unless an alias)
+  std::size_t alias_offset = 0;  // bytes into the root's buffer (ScanPart views a flat buffer)
   int last_use = -1;
   bool pinned = false;
   std::shared_ptr<struct ScanLayout> scan;  // Scan, ScanPart, ScanEmbed: the concrete layout
@@ -61,6 +62,10 @@ struct Plan {
   std::vector<Commit> commits;
   std::vector<void*> fed_ptrs;
   bool lp_byte = false;
+  // function_execute_raw: outputs computed into the caller's buffer directly (every pointer
+  // that refers to the output's arena slot), instead of a copy after the run.
+  std::vector<std::vector<void**>> out_locs;
+  std::vector<int> out_same;  // an earlier redirected output with the same value, else -1
 };
 
 // Function internals for nested execution (a Scan runs its body's plan once per step).

@@ -11,6 +11,7 @@
 #include "engine/scan_exec.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/layout.hpp"
 #include "ops/reductions.hpp"
 
 namespace ktape {
@@ -31,9 +32,10 @@ struct ClosedBody {
 };
 
 ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tensor>& results,
-                      const std::string& who) {
+                      const std::string& who, const std::unordered_map<Node*, Tensor>& subst = {}) {
   std::unordered_set<Node*> param_set;
   for (const auto& p : params) param_set.insert(p.node_ptr().get());
+  for (const auto& [k, v] : subst) param_set.insert(k);
   std::unordered_map<Node*, bool> dep;
   std::function<bool(Node*)> depends = [&](Node* n) -> bool {
     if (param_set.count(n)) return true;
@@ -80,6 +82,7 @@ ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tenso
   ClosedBody out;
   std::unordered_map<Node*, Tensor> map;
   for (const auto& p : params) map[p.node_ptr().get()] = p;
+  for (const auto& [k, v] : subst) map[k] = v;
   for (Node* c : caps) {
     Tensor ph = make_source(Op::Placeholder, c->shape, c->dtype, "capture/" + c->name);
     map[c] = ph;
@@ -129,7 +132,8 @@ Shape static_part_shape(const Node& scan, int part) {
   if (part < b.n_out) return prepend(T, b.results[static_cast<std::size_t>(part)].shape());
   part -= b.n_out;
   const auto& carry = b.params[static_cast<std::size_t>(b.n_seq + part % b.n_carry)].shape();
-  return part < b.n_carry ? prepend(T, carry) : carry;
+  const std::int64_t slots = b.store ? T : (T < 0 ? -1 : std::min<std::int64_t>(T, 2));
+  return part < b.n_carry ? prepend(slots, carry) : carry;
 }
 
 Shape scan_rule(const Node&, const std::vector<Shape>&) { return Shape{-1}; }
@@ -157,15 +161,62 @@ Tensor zeros_for(const Tensor& like) {
 
 // The gradient of a Scan is a Scan over the reversed time axis. Its body recomputes the forward
 // step from the stored carries (rematerialization: memory stays O(T * carries)), then takes the
-// vector-Jacobian product with the incoming gradients using ordinary graph nodes.
-std::vector<Tensor> scan_grad(const Node& n, const Tensor& y, const Tensor& g) {
+// vector-Jacobian product with the incoming gradients using ordinary graph nodes. Weight
+// gradients of the form h_t^T g_t (a MatMul against a sequence) and bias gradients (a SumToLike)
+// are not accumulated step by step: g_t is stacked and one large GEMM or reduction outside the
+// loop sums over time. Other gradients of statics are accumulated in carries.
+// The incoming gradient of a Scan is a sum of ScanEmbeds (one per ScanPart the loss used):
+// read each part's gradient straight from them, so the flat gradient is never materialized.
+// A part no gradient reaches gets a null tensor (zero).
+struct IncomingGrads {
+  bool known = true;
+  std::unordered_map<std::int64_t, std::vector<Tensor>> parts;
+  Tensor flat;
+  Tensor y;
+  Tensor get(const ScanBody& b, ScanPartKind kind, int index) const {
+    const int part = part_number(b, kind, index);
+    if (!known) return part_node(Op::ScanPart, flat, y, part);
+    auto it = parts.find(part);
+    if (it == parts.end()) return Tensor();
+    return it->second.size() == 1 ? it->second[0]
+                                  : make_node(Op::AddN, it->second, {}, it->second[0].dtype());
+  }
+};
+
+IncomingGrads analyze_grads(const Tensor& g, const Tensor& y) {
+  IncomingGrads r;
+  r.flat = g;
+  r.y = y;
+  std::vector<Tensor> terms = g.op() == Op::AddN ? g.node().inputs : std::vector<Tensor>{g};
+  for (Tensor t : terms) {
+    if (t.op() == Op::SumToLike && t.node().inputs[1] == y) t = t.node().inputs[0];
+    if (t.op() != Op::ScanEmbed || !(t.node().inputs[1] == y)) {
+      r.known = false;
+      return r;
+    }
+    r.parts[t.node().attrs.ints[0]].push_back(t.node().inputs[0]);
+  }
+  return r;
+}
+
+std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g) {
   const ScanBody& B = *n.body;
+  const IncomingGrads in_grads = analyze_grads(g, y_in);
   const auto ns = static_cast<std::size_t>(B.n_seq), nc = static_cast<std::size_t>(B.n_carry),
              nst = static_cast<std::size_t>(B.n_static), no = static_cast<std::size_t>(B.n_out);
+  // A scan that keeps no per-step carries (a backward scan) is recomputed once by a twin that
+  // does, when its own gradient is asked for (second order).
+  Tensor y = y_in;
+  if (!B.store && nc > 0) {
+    auto twin = std::make_shared<ScanBody>(B);
+    twin->store = true;
+    y = make_body_node(Op::Scan, n.inputs, n.attrs, n.dtype, n.name + "/stored", twin);
+  }
   ScanSpec spec;
   spec.name = n.name + "/grad";
-  std::unordered_map<Node*, Tensor> fwd_map;
+  spec.store_carries = false;
   std::vector<Tensor> x_ph, c_ph, s_ph;
+  std::vector<Tensor> seq_outer;  // the backward scan's sequence behind each parameter
   for (std::size_t i = 0; i < ns; ++i) {
     const Tensor& p = B.params[i];
     x_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/x"));
@@ -180,43 +231,39 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y, const Tensor& g) {
     spec.seqs.push_back(scan_part(y, y, ScanPartKind::kStored, static_cast<int>(k)));
     spec.seq_reverse.push_back(1);
   }
-  std::vector<Tensor> dy_ph, dst_ph;
+  std::vector<Tensor> dy_ph(no), dst_ph(nc);  // null: no gradient reaches that part
   for (std::size_t m = 0; m < no; ++m) {
+    const Tensor d = in_grads.get(B, ScanPartKind::kOutput, static_cast<int>(m));
+    if (!d.defined()) continue;
     const Tensor& r = B.results[m];
-    dy_ph.push_back(make_source(Op::Placeholder, r.shape(), r.dtype(), "grad/dy"));
-    spec.seq_params.push_back(dy_ph.back());
-    spec.seqs.push_back(scan_part(g, y, ScanPartKind::kOutput, static_cast<int>(m)));
+    dy_ph[m] = make_source(Op::Placeholder, r.shape(), r.dtype(), "grad/dy");
+    spec.seq_params.push_back(dy_ph[m]);
+    spec.seqs.push_back(d);
     spec.seq_reverse.push_back(!B.out_reverse[m]);
   }
-  for (std::size_t k = 0; k < nc; ++k) {
-    const Tensor& p = B.params[ns + k];
-    dst_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/dstored"));
-    spec.seq_params.push_back(dst_ph.back());
-    spec.seqs.push_back(scan_part(g, y, ScanPartKind::kStored, static_cast<int>(k)));
-    spec.seq_reverse.push_back(1);
-  }
-  // Carries: the gradient of each forward carry, then an accumulator per float static.
+  if (B.store)  // gradients reaching the stored carries themselves
+    for (std::size_t k = 0; k < nc; ++k) {
+      const Tensor d = in_grads.get(B, ScanPartKind::kStored, static_cast<int>(k));
+      if (!d.defined()) continue;
+      const Tensor& p = B.params[ns + k];
+      dst_ph[k] = make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/dstored");
+      spec.seq_params.push_back(dst_ph[k]);
+      spec.seqs.push_back(d);
+      spec.seq_reverse.push_back(1);
+    }
   std::vector<Tensor> dc_ph;
   for (std::size_t k = 0; k < nc; ++k) {
     const Tensor& p = B.params[ns + k];
     dc_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/dcarry"));
     spec.carry_params.push_back(dc_ph.back());
-    spec.inits.push_back(scan_part(g, y, ScanPartKind::kFinal, static_cast<int>(k)));
+    const Tensor d = in_grads.get(B, ScanPartKind::kFinal, static_cast<int>(k));
+    spec.inits.push_back(d.defined() ? d : zeros_for(n.inputs[ns + k]));
   }
-  std::vector<std::size_t> acc_of;  // static index for each accumulator
-  std::vector<Tensor> acc_ph;
   for (std::size_t c = 0; c < nst; ++c) {
-    const Tensor& outer = n.inputs[ns + nc + c];
     const Tensor& p = B.params[ns + nc + c];
     s_ph.push_back(make_source(Op::Placeholder, p.shape(), p.dtype(), "grad/static"));
     spec.static_params.push_back(s_ph.back());
-    spec.statics.push_back(outer);
-    if (is_floating(p.dtype())) {
-      acc_of.push_back(c);
-      acc_ph.push_back(make_source(Op::Placeholder, outer.shape(), p.dtype(), "grad/acc"));
-      spec.carry_params.push_back(acc_ph.back());
-      spec.inits.push_back(zeros_for(outer));
-    }
+    spec.statics.push_back(n.inputs[ns + nc + c]);
   }
   // Recompute the forward step on the new placeholders.
   std::vector<Tensor> fwd_params;
@@ -253,19 +300,17 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y, const Tensor& g) {
       map[m] = t;
     }
   }
-  Tensor loss;
-  auto add_term = [&](const Tensor& r, const Tensor& w) {
-    if (!is_floating(r.dtype())) return;
-    Tensor term = backend::sum(r * w);
-    loss = loss.defined() ? loss + term : term;
-  };
-  for (std::size_t m = 0; m < no; ++m) add_term(map.at(B.results[m].node_ptr().get()), dy_ph[m]);
-  for (std::size_t k = 0; k < nc; ++k)
-    add_term(map.at(B.results[no + k].node_ptr().get()), dc_ph[k]);
-  std::vector<Tensor> wrt;
-  for (auto& t : fwd_params) wrt.push_back(t);
-  std::vector<Tensor> grads(wrt.size());
-  if (loss.defined()) grads = gradients(loss, wrt);
+  std::vector<Tensor> ys, seeds;
+  for (std::size_t m = 0; m < no; ++m) {
+    if (!dy_ph[m].defined()) continue;
+    ys.push_back(map.at(B.results[m].node_ptr().get()));
+    seeds.push_back(dy_ph[m]);
+  }
+  for (std::size_t k = 0; k < nc; ++k) {
+    ys.push_back(map.at(B.results[no + k].node_ptr().get()));
+    seeds.push_back(dc_ph[k]);
+  }
+  const std::vector<Tensor> grads = gradients(ys, fwd_params, seeds);
   auto or_zeros = [&](const Tensor& gr, const Tensor& like) {
     return gr.defined() ? gr : zeros_for(like);
   };
@@ -278,19 +323,91 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y, const Tensor& g) {
   }
   for (std::size_t k = 0; k < nc; ++k) {
     Tensor d = or_zeros(grads[ns + k], c_ph[k]);
-    spec.new_carries.push_back(d + dst_ph[k]);
+    spec.new_carries.push_back(dst_ph[k].defined() ? d + dst_ph[k] : d);
   }
-  for (std::size_t a = 0; a < acc_of.size(); ++a) {
-    const Tensor& gr = grads[ns + nc + acc_of[a]];
-    spec.new_carries.push_back(gr.defined() ? acc_ph[a] + gr : acc_ph[a]);
+  // Gradients of the statics: hoisted terms (stacked per step, summed outside) or accumulators.
+  struct Hoisted {
+    std::size_t c;
+    int out;       // stacked output index of g_t
+    int seq = -1;  // MatMul against this backward sequence; -1: a SumToLike
+  };
+  std::vector<Hoisted> hoisted;
+  std::vector<std::pair<std::size_t, std::size_t>> accs;  // (static, carry index)
+  auto seq_index = [&](const Tensor& t) -> int {
+    for (std::size_t i = 0; i < ns; ++i)
+      if (t == x_ph[i]) return static_cast<int>(i);
+    for (std::size_t k = 0; k < nc; ++k)
+      if (t == c_ph[k]) return static_cast<int>(ns + k);
+    return -1;
+  };
+  std::unordered_map<Node*, int> stacked;  // g_t already stacked (by node and time order)
+  auto stack_out = [&](const Tensor& t, bool reverse) {
+    Node* key = t.node_ptr().get();
+    auto it = stacked.find(key);
+    if (it != stacked.end() && spec.out_reverse[static_cast<std::size_t>(it->second)] == reverse)
+      return it->second;
+    const int idx = static_cast<int>(spec.outputs.size());
+    spec.outputs.push_back(t);
+    spec.out_reverse.push_back(reverse);
+    stacked[key] = idx;
+    return idx;
+  };
+  for (std::size_t c = 0; c < nst; ++c) {
+    const Tensor& gr = grads[ns + nc + c];
+    if (!gr.defined() || !is_floating(s_ph[c].dtype())) continue;
+    std::vector<Tensor> terms = gr.op() == Op::AddN ? gr.node().inputs : std::vector<Tensor>{gr};
+    std::vector<Tensor> rest;
+    for (const Tensor& t : terms) {
+      const Node& tn = t.node();
+      if (tn.op == Op::MatMul && tn.attrs.ints == std::vector<std::int64_t>{1, 0}) {
+        const int si = seq_index(tn.inputs[0]);
+        const Shape& a = tn.inputs[0].shape();
+        const Shape& b = tn.inputs[1].shape();
+        if (si >= 0 && a.ndim() == 2 && b.ndim() == 2 && a[1] >= 0 && b[1] >= 0) {
+          const bool rev = spec.seq_reverse[static_cast<std::size_t>(si)] != 0;
+          hoisted.push_back({c, stack_out(tn.inputs[1], rev), si});
+          continue;
+        }
+      }
+      if (tn.op == Op::SumToLike && tn.inputs[1] == s_ph[c]) {
+        hoisted.push_back({c, stack_out(tn.inputs[0], false), -1});
+        continue;
+      }
+      rest.push_back(t);
+    }
+    if (rest.empty()) continue;
+    const Tensor sum = rest.size() == 1 ? rest[0] : make_node(Op::AddN, rest, {}, rest[0].dtype());
+    const Tensor& outer = n.inputs[ns + nc + c];
+    const Tensor acc = make_source(Op::Placeholder, outer.shape(), s_ph[c].dtype(), "grad/acc");
+    accs.emplace_back(c, spec.carry_params.size());
+    spec.carry_params.push_back(acc);
+    spec.inits.push_back(zeros_for(outer));
+    spec.new_carries.push_back(acc + sum);
   }
   ScanResult back = make_scan(spec);
   std::vector<Tensor> out(n.inputs.size());
   for (std::size_t i = 0; i < ns; ++i)
     if (dx_of[i] >= 0) out[i] = back.outputs[static_cast<std::size_t>(dx_of[i])];
   for (std::size_t k = 0; k < nc; ++k) out[ns + k] = back.final_carries[k];
-  for (std::size_t a = 0; a < acc_of.size(); ++a)
-    out[ns + nc + acc_of[a]] = back.final_carries[nc + a];
+  std::vector<std::vector<Tensor>> parts(nst);
+  for (auto [c, k] : accs) parts[c].push_back(back.final_carries[k]);
+  for (const auto& h : hoisted) {
+    const Tensor& G = back.outputs[static_cast<std::size_t>(h.out)];
+    const Tensor& outer = n.inputs[ns + nc + h.c];
+    if (h.seq < 0) {
+      parts[h.c].push_back(make_node(Op::SumToLike, {G, outer}, {}, G.dtype()));
+      continue;
+    }
+    const Tensor& S = spec.seqs[static_cast<std::size_t>(h.seq)];
+    Attrs mm;
+    mm.ints = {1, 0};  // S^T G over (T, B, .) stacks: one GEMM over every step and sample
+    parts[h.c].push_back(make_node(Op::MatMul, {S, G}, std::move(mm), G.dtype()));
+  }
+  for (std::size_t c = 0; c < nst; ++c) {
+    if (parts[c].empty()) continue;
+    out[ns + nc + c] =
+        parts[c].size() == 1 ? parts[c][0] : make_node(Op::AddN, parts[c], {}, parts[c][0].dtype());
+  }
   return out;
 }
 
@@ -328,18 +445,66 @@ ScanResult make_scan(const ScanSpec& spec) {
                        describe(spec.new_carries[k]) + " but went in as " +
                        describe(spec.carry_params[k]) + "; states must keep their shape and dtype");
   }
-  std::vector<Tensor> params = spec.seq_params;
+  std::vector<Tensor> seq_params = spec.seq_params, seqs = spec.seqs;
+  std::vector<char> seq_reverse = spec.seq_reverse;
+  seq_reverse.resize(seqs.size(), 0);
+  std::unordered_map<Node*, Tensor> subst;
+  if (spec.hoist_input_projections) {
+    std::unordered_set<Node*> any_param;
+    for (const auto* list : {&spec.seq_params, &spec.carry_params, &spec.static_params})
+      for (const auto& p : *list) any_param.insert(p.node_ptr().get());
+    std::unordered_map<Node*, bool> dep;
+    std::function<bool(Node*)> depends = [&](Node* n) -> bool {
+      if (any_param.count(n)) return true;
+      auto it = dep.find(n);
+      if (it != dep.end()) return it->second;
+      bool d = false;
+      for (const auto& in : n->inputs) d = depends(in.node_ptr().get()) || d;
+      return dep[n] = d;
+    };
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack;
+    for (const auto& r : results) stack.push_back(r.node_ptr().get());
+    std::vector<Node*> found;
+    while (!stack.empty()) {
+      Node* m = stack.back();
+      stack.pop_back();
+      if (any_param.count(m) || !seen.insert(m).second || !depends(m)) continue;
+      if (m->op == Op::MatMul && m->attrs.ints == std::vector<std::int64_t>{0, 0} &&
+          m->inputs[1].ndim() == 2 && !depends(m->inputs[1].node_ptr().get())) {
+        for (std::size_t i = 0; i < spec.seq_params.size(); ++i)
+          if (m->inputs[0] == spec.seq_params[i] && spec.seq_params[i].ndim() == 2) {
+            found.push_back(m);
+            break;
+          }
+        if (!found.empty() && found.back() == m) continue;
+      }
+      for (const auto& in : m->inputs) stack.push_back(in.node_ptr().get());
+    }
+    std::sort(found.begin(), found.end(), [](Node* a, Node* b) { return a->id < b->id; });
+    for (Node* m : found) {
+      std::size_t i = 0;
+      while (!(m->inputs[0] == spec.seq_params[i])) ++i;
+      Tensor ph = make_source(Op::Placeholder, m->shape, m->dtype, "hoisted/" + m->name);
+      subst[m] = ph;
+      seq_params.push_back(ph);
+      Attrs mm;
+      mm.ints = {0, 0};  // (T, B, F) . (F, G) -> (T, B, G): one GEMM over every step
+      seqs.push_back(make_node(Op::MatMul, {spec.seqs[i], m->inputs[1]}, std::move(mm), m->dtype));
+      seq_reverse.push_back(seq_reverse[i]);
+    }
+  }
+  std::vector<Tensor> params = seq_params;
   params.insert(params.end(), spec.carry_params.begin(), spec.carry_params.end());
   params.insert(params.end(), spec.static_params.begin(), spec.static_params.end());
-  ClosedBody closed = close_body(params, results, who);
+  ClosedBody closed = close_body(params, results, who, subst);
 
   auto body = std::make_shared<ScanBody>();
-  body->n_seq = static_cast<int>(spec.seqs.size());
+  body->n_seq = static_cast<int>(seqs.size());
   body->n_carry = static_cast<int>(spec.inits.size());
   body->n_static = static_cast<int>(spec.statics.size() + closed.captures.size());
   body->n_out = static_cast<int>(spec.outputs.size());
-  body->seq_reverse = spec.seq_reverse;
-  body->seq_reverse.resize(spec.seqs.size(), 0);
+  body->seq_reverse = seq_reverse;
   body->out_reverse = spec.out_reverse;
   body->out_reverse.resize(spec.outputs.size(), 0);
   body->params = params;
@@ -347,9 +512,10 @@ ScanResult make_scan(const ScanSpec& spec) {
                       closed.capture_params.end());
   body->results = closed.results;
   body->dtype = dt;
+  body->store = spec.store_carries;
   body->fn = Function(body->params, body->results, {}, {});
 
-  std::vector<Tensor> ins = spec.seqs;
+  std::vector<Tensor> ins = seqs;
   ins.insert(ins.end(), spec.inits.begin(), spec.inits.end());
   ins.insert(ins.end(), spec.statics.begin(), spec.statics.end());
   ins.insert(ins.end(), closed.captures.begin(), closed.captures.end());
@@ -396,7 +562,7 @@ std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shap
     if (got != c)
       throw ValueError(who + ": state " + std::to_string(k) + " comes back with shape " +
                        got.str() + " but went in with shape " + c.str());
-    l->parts.push_back(prepend(l->T, c));
+    l->parts.push_back(prepend(b.store ? l->T : std::min<std::int64_t>(l->T, 2), c));
   }
   for (int k = 0; k < b.n_carry; ++k)
     l->parts.push_back(sig[static_cast<std::size_t>(b.n_seq + k)]);
@@ -434,7 +600,9 @@ void run_scan(const KernelCall& c) {
   };
   const std::size_t ns = static_cast<std::size_t>(b.n_seq),
                     nc = static_cast<std::size_t>(b.n_carry);
-  // Carries live in the stored parts: step j reads slot j and writes slot j + 1 (or the final).
+  // Carries live in the stored parts: step j reads slot j and writes slot j + 1 (or the final);
+  // without storage the two slots alternate.
+  auto slot = [&](std::int64_t j) { return b.store ? j : j % 2; };
   for (std::size_t k = 0; k < nc; ++k) {
     char* dst = l.T > 0 ? part(b.n_out + static_cast<int>(k))
                         : part(b.n_out + b.n_carry + static_cast<int>(k));
@@ -449,9 +617,9 @@ void run_scan(const KernelCall& c) {
     }
     for (std::size_t k = 0; k < nc; ++k) {
       char* stored = part(b.n_out + static_cast<int>(k));
-      l.fed[ns + k] = stored + static_cast<std::size_t>(j) * l.carry_bytes[k];
+      l.fed[ns + k] = stored + static_cast<std::size_t>(slot(j)) * l.carry_bytes[k];
       l.outs[static_cast<std::size_t>(b.n_out) + k] =
-          j + 1 < l.T ? stored + static_cast<std::size_t>(j + 1) * l.carry_bytes[k]
+          j + 1 < l.T ? stored + static_cast<std::size_t>(slot(j + 1)) * l.carry_bytes[k]
                       : part(b.n_out + b.n_carry + static_cast<int>(k));
     }
     for (std::size_t m = 0; m < static_cast<std::size_t>(b.n_out); ++m) {

@@ -6,7 +6,8 @@
 // K::rnn, map_fn, foldl and foldr are built on it (ops/rnn.hpp).
 //
 // A Scan node's value is one flat buffer holding, in order: each per-step output stacked over
-// time (T, ...), each carry as it was before every step (T, ...), and each final carry. ScanPart
+// time (T, ...), each carry as it was before every step (T, ...; (2, ...) scratch for a scan
+// that does not store them), and each final carry. ScanPart
 // nodes cut the parts out (build them with scan_part()).
 #pragma once
 
@@ -26,7 +27,10 @@ struct ScanBody {
   std::vector<Tensor> params;     // placeholders: sequence slices, carries, statics
   std::vector<Tensor> results;    // n_out per-step outputs, then n_carry new carries
   DType dtype = DType::float32;   // of every output and carry (the flat buffer)
-  Function fn;                    // params -> results
+  // Keep every step's carries (needed by the gradient). Off for backward scans: their own
+  // gradient recomputes them with a storing twin.
+  bool store = true;
+  Function fn;  // params -> results
 };
 
 struct ScanSpec {
@@ -39,6 +43,10 @@ struct ScanSpec {
   std::vector<Tensor> new_carries;             // aligned with carry_params
   std::vector<char> seq_reverse, out_reverse;  // empty = all false
   std::string name = "scan";
+  bool store_carries = true;
+  // Hoist x_t . W out of the loop (one GEMM over all steps) when x_t is a sequence slice and W
+  // an outer tensor; the body then reads the product as a sequence.
+  bool hoist_input_projections = true;
 };
 
 struct ScanResult {

@@ -19,19 +19,39 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return make_node(Op::MatMul, {a, b}, std::move(at), a.dtype());
 }
 
+// MatMul attrs: ints = {transpose_a, transpose_b}. An operand of rank > 2 is a stack of rows: its
+// leading dims flatten into one. a (..., K) . b (K, N) -> (..., N); a^T . b with a (..., M) and
+// b (..., N) over the same leading dims -> (M, N) (a sum over every row: weight gradients).
 Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
   const bool ta = n.attrs.ints[0] != 0, tb = n.attrs.ints[1] != 0;
   const Shape& a = in[0];
   const Shape& b = in[1];
-  if (a.ndim() != 2 || b.ndim() != 2)
-    throw ValueError("K::dot: matmul needs 2-D operands, got " + a.str() + " and " + b.str());
-  const std::int64_t m = ta ? a[1] : a[0], ka = ta ? a[0] : a[1];
-  const std::int64_t kb = tb ? b[1] : b[0], nn = tb ? b[0] : b[1];
+  auto fail = [&](const std::string& why) {
+    throw ValueError("K::dot: matmul of " + a.str() + (ta ? "^T" : "") + " and " + b.str() +
+                     (tb ? "^T" : "") + ": " + why);
+  };
+  if (a.ndim() < 2 || b.ndim() < 2) fail("operands need at least 2 dims");
+  if (ta && tb && (a.ndim() != 2 || b.ndim() != 2)) fail("both transposed needs 2-D operands");
+  if (!ta && b.ndim() != 2) fail("b must be 2-D");
+  if (ta && !tb && a.ndim() != b.ndim()) fail("a^T . b needs operands of the same rank");
+  const int la = a.ndim() - 1;
+  std::int64_t ka, kb;
+  if (ta && !tb) {
+    for (int d = 0; d < la; ++d)
+      if (a[d] >= 0 && b[d] >= 0 && a[d] != b[d]) fail("leading dims differ");
+    ka = kb = -1;
+    if (la == 1) ka = a[0], kb = b[0];
+  } else {
+    ka = ta ? a[0] : a[la];
+    kb = tb ? b[1] : b[0];
+  }
   if (ka >= 0 && kb >= 0 && ka != kb)
-    throw ValueError("K::dot: shapes " + a.str() + " and " + b.str() +
-                     " are not aligned: " + std::to_string(ka) + " (dim " + (ta ? "0" : "1") +
-                     ") != " + std::to_string(kb) + " (dim " + (tb ? "1" : "0") + ")");
-  return Shape{m, nn};
+    fail("not aligned: " + std::to_string(ka) + " != " + std::to_string(kb));
+  const std::int64_t nn = tb ? b[0] : b[b.ndim() - 1];
+  if (ta) return Shape{a[la], nn};
+  std::vector<std::int64_t> d(a.dims().begin(), a.dims().end() - 1);
+  d.push_back(nn);
+  return Shape(std::move(d));
 }
 
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {

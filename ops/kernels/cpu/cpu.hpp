@@ -9,4 +9,5 @@ namespace ktape::kernels {
 void register_cpu_matmul(Backend& b);
 void register_cpu_elementwise(Backend& b);
 void register_cpu_reduce(Backend& b);
+void register_cpu_layout(Backend& b);
 }  // namespace ktape::kernels

@@ -14,6 +14,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_cpu_matmul(b);
   kernels::register_cpu_elementwise(b);
   kernels::register_cpu_reduce(b);
+  kernels::register_cpu_layout(b);
 }
 
 }  // namespace ktape
