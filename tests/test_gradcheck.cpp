@@ -355,6 +355,44 @@ std::vector<OpCase> make_cases() {
       },
       {g.normal({2, 1, 3}), g.normal({2, 2, 3})});
   add("identity", [](const V& x) { return K::identity(x[0]) * x[0]; }, {g.normal(s34)});
+  add("slice_mid",
+      [](const V& x) {
+        return K::slice(x[0], {0, 1, 1}, {2, 2, -1});
+      },
+      {g.normal(s234)})
+      .ref_gradcheck = true;
+  add("slice_gates",  // the four gate slices of an LSTM, recombined
+      [](const V& x) {
+        auto s = [&](int k) { return K::slice(x[0], {0, 2 * k}, {-1, 2}); };
+        return K::sigmoid(s(0)) * K::tanh(s(1)) + s(2) * s(3);
+      },
+      {g.normal({3, 8})});
+  add("stack_axis1",
+      [](const V& x) {
+        return K::stack({x[0], x[1] * 2.0}, 1);
+      },
+      {g.normal(s34), g.normal(s34)});
+  // -- loops (Scan): the body runs on the backend under test
+  add("rnn_simple",
+      [](const V& x) {
+        auto r = K::rnn(
+            [&](const Tensor& xt, const V& s) -> std::pair<Tensor, V> {
+              Tensor h = K::tanh(K::dot(xt, x[1]) + K::dot(s[0], x[2]));
+              return {h, {h}};
+            },
+            x[0], {K::zeros_like(K::dot(K::sum(x[0], 1), x[1]))});
+        return r.outputs;
+      },
+      {g.normal({2, 3, 4}), g.normal({4, 3}), g.normal({3, 3})})
+      .ref_gradcheck = true;
+  add("map_fn_square",
+      [](const V& x) { return K::map_fn([](const Tensor& e) { return K::square(e); }, x[0]); },
+      {g.normal(s34)});
+  add("foldl_product",
+      [](const V& x) {
+        return K::foldl([](const Tensor& a, const Tensor& e) { return a * e; }, x[0]);
+      },
+      {g.normal(s34)});
 
   // -- control
   add("switch_rows",
