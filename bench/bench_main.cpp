@@ -2,6 +2,10 @@
 //   BM_MlpStep/<batch>/<backend 0=cpu,1=reference>: one SGD step of the 784-256-128-10 MLP
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
 //   BM_Gemm/<m>/<k>/<n>: MatMul at the MLP's shapes, reported in FLOP/s
+//   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
+//     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
+//     gradient scaffolding that K::gradients adds, see FedGradients). Counters: `steps` = kernel
+//     launches per call, `floats/s` = parameters updated per second
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -85,6 +89,83 @@ BENCHMARK(BM_Gemm)
     ->Args({128, 256, 128})
     ->Args({32, 784, 256})
     ->Unit(benchmark::kMicrosecond);
+
+// The MLP's parameters (784x256, 256, 256x128, 128, 128x10, 10: 235,146 floats) as variables,
+// one fed gradient g_i per parameter, and a loss whose gradient for p_i is exactly g_i:
+// sum_i sum(p_i * g_i), where a matrix term is reduced as dot(dot(ones(1, r), p_i * g_i),
+// ones(c, 1)). K::gradients needs the loss's value (its seed is FillLike(loss)), so every
+// Function built from it also runs that forward pass; the matmul form keeps it and the
+// backward broadcast cheap (a K::sum of a matrix plus its BroadcastToLike cost ~5x more on cpu).
+// BM_FedGradient measures this scaffolding alone: BM_AdamStep - BM_FedGradient is the update.
+struct FedGradients {
+  std::vector<ktape::Tensor> params, grads;
+  ktape::Tensor loss;
+  std::vector<NDArray> feed;
+  std::int64_t floats = 0;
+
+  FedGradients() {
+    const std::vector<Shape> shapes = {{784, 256}, {256}, {256, 128}, {128}, {128, 10}, {10}};
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Shape& s = shapes[i];
+      params.push_back(K::random_uniform_variable(s, -0.05, 0.05, {.seed = i + 1}));
+      grads.push_back(K::placeholder(s));
+      const auto pg = params[i] * grads[i];
+      const auto term = s.ndim() == 2
+                            ? K::sum(K::dot(K::dot(K::ones({1, s[0]}), pg), K::ones({s[1], 1})))
+                            : K::sum(pg);
+      loss = loss.defined() ? loss + term : term;
+      NDArray g(s, DType::float32);
+      float* gp = g.data<float>();
+      for (std::int64_t k = 0; k < g.size(); ++k) gp[k] = 1e-3f * static_cast<float>(k % 7 - 3);
+      feed.push_back(g);
+      floats += g.size();
+    }
+  }
+};
+
+ktape::FunctionOptions update_mode(int mode) {
+  if (mode == 0) return {.backend = "cpu"};
+  if (mode == 1) return {.backend = "cpu", .fuse = false};
+  return {.backend = "reference"};
+}
+const char* update_mode_name(int mode) {
+  return mode == 0 ? "cpu fused" : mode == 1 ? "cpu unfused" : "reference";
+}
+
+void run_update_bench(benchmark::State& state, const ktape::Function& f, FedGradients& fg,
+                      int mode) {
+  std::vector<NDArray> outs;
+  f.run(fg.feed, outs);
+  for (auto _ : state) f.run(fg.feed, outs);
+  state.counters["steps"] = static_cast<double>(f.num_steps());
+  state.counters["floats/s"] =
+      benchmark::Counter(static_cast<double>(fg.floats) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
+  state.SetLabel(update_mode_name(mode));
+}
+
+// One ktape::optimizers::Adam step (Keras 2.2.4 rules: iterations, m, v, the parameter) on the
+// MLP's parameters from fed gradients: the Function of Adam::get_updates and nothing else.
+void BM_AdamStep(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  FedGradients fg;
+  ktape::optimizers::Adam adam({.lr = 1e-3});
+  const auto f = K::function(fg.grads, {}, adam.get_updates(fg.loss, fg.params), update_mode(mode));
+  run_update_bench(state, f, fg, mode);
+}
+BENCHMARK(BM_AdamStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+// The baseline of BM_AdamStep: the same gradients, each simply assigned to its parameter.
+void BM_FedGradient(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  FedGradients fg;
+  const auto g = K::gradients(fg.loss, fg.params);
+  std::vector<ktape::Tensor> ups;
+  for (std::size_t i = 0; i < g.size(); ++i) ups.push_back(K::update(fg.params[i], g[i]));
+  const auto f = K::function(fg.grads, {}, ups, update_mode(mode));
+  run_update_bench(state, f, fg, mode);
+}
+BENCHMARK(BM_FedGradient)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -227,6 +227,36 @@ TEST_F(TrainFilesTest, HistoryCsv) {
   EXPECT_THROW(h.write_csv(path("no/such/dir/h.csv")), ktape::IOError);
 }
 
+TEST(History, FromCsvRoundTrips) {
+  History g;
+  g.add_epoch(1, {{"loss", 2.302585092994046}, {"lr", 0.1}}, 1.5);
+  g.add_epoch(2, {{"loss", kNaN}, {"acc", 0.1}, {"top,5", 1e-7}, {"q\"x", -1.0 / 3}}, 0.001);
+  g.add_epoch(3, {{"loss", std::numeric_limits<double>::infinity()}, {"acc", 0.1 + 0.2}}, 0);
+  const History back = History::from_csv(g.to_csv());
+  EXPECT_EQ(back.to_csv(), g.to_csv());
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back.records()[1].epoch, 2);
+  EXPECT_EQ(back.series("acc")[2], 0.1 + 0.2);  // bit-exact
+  EXPECT_TRUE(std::isnan(back.series("loss")[1]));
+  EXPECT_TRUE(std::isnan(back.series("acc")[0]));  // NA: absent
+  EXPECT_FALSE(back.has("val_loss"));
+  EXPECT_EQ(back.series("q\"x")[1], -1.0 / 3);
+  EXPECT_EQ(History::from_csv(three_epochs().to_csv()).to_csv(), three_epochs().to_csv());
+  EXPECT_TRUE(History::from_csv(History().to_csv()).empty());
+
+  EXPECT_THROW(History::from_csv(""), ktape::ValueError);
+  EXPECT_THROW(History::from_csv("loss,acc\n"), ktape::ValueError);  // no epoch column
+  EXPECT_THROW(History::from_csv("epoch,loss,seconds\n1,0.5\n"), ktape::ValueError);
+  EXPECT_THROW(History::from_csv("epoch,loss,seconds\n1,x,2\n"), ktape::ValueError);
+  EXPECT_THROW(History::from_csv("epoch,loss,seconds\n1.5,1,2\n"), ktape::ValueError);
+  try {
+    History::from_csv("epoch,loss,seconds\n1,0.5,1\n2,0.4z,1\n");
+    FAIL() << "no error";
+  } catch (const ktape::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+  }
+}
+
 // A small XML checker: well-formed tags, quoted attributes, entities; returns the elements.
 struct Element {
   std::string name;

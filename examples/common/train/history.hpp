@@ -34,6 +34,11 @@ class History {
   // The CSV header columns, then the whole file as text.
   std::vector<std::string> columns() const;
   std::string to_csv() const;
+  // Parses what to_csv writes, so that from_csv(h.to_csv()).to_csv() == h.to_csv(): "NA" is a
+  // metric the epoch lacks, "nan"/"inf"/"-inf" and shortest round-trip numbers come back as the
+  // same doubles. Needs the "epoch" and "seconds" columns; every other column is a metric.
+  // Throws ValueError naming the line for malformed text.
+  static History from_csv(const std::string& text);
   // Writes to_csv() to `path` through a temp file and a rename; calling it after every epoch
   // keeps an up-to-date log that a crash cannot corrupt. Throws IOError on failure.
   void write_csv(const std::string& path) const;
