@@ -384,7 +384,6 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       snap.root = static_cast<int>(p.values.size());
       snap.ext = nullptr;
       snap.fed = -1;
-      p.values.push_back(snap);
       snap.alias_offset = 0;
       const int src = vi;
       p.values.push_back(snap);

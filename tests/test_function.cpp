@@ -240,3 +240,24 @@ TEST(Function, RnnTrainingStepAllocatesNothingPerCall) {
   g_counting = false;
   EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 5 steady-state calls of an rnn step";
 }
+
+TEST(Function, UpdateWithAReshapedValue) {
+  // The new value is a view (reshape) of a fed array of another shape: the update checks the
+  // view's shape, and commits the fed data.
+  auto p = K::variable(NDArray::full(Shape{4, 3}, 1.0));
+  auto g = K::placeholder({1, 12});
+  auto f = K::function({g}, {}, {K::update(p, K::reshape(g, {4, 3}))});
+  NDArray gv(Shape{1, 12}, DType::float32);
+  for (int i = 0; i < 12; ++i) gv.set_item(i, i);
+  f({gv});
+  EXPECT_EQ(K::get_value(p).item(5), 5.0);
+  // Gradients through a reshape of a variable, used in an update.
+  auto x = K::placeholder({2, 6});
+  auto l = K::sum(K::reshape(p, {2, 6}) * x);
+  auto gr = K::gradients(l, {p})[0];
+  auto f2 = K::function({x}, {gr}, {K::update_sub(p, gr)});
+  auto o = f2({NDArray::full(Shape{2, 6}, 3.0)});
+  EXPECT_EQ(o[0].shape(), (Shape{4, 3}));
+  EXPECT_EQ(o[0].item(0), 3.0);
+  EXPECT_EQ(K::get_value(p).item(5), 2.0);
+}
