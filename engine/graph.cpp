@@ -74,6 +74,31 @@ void reset_tape() {
   tape().cse.clear();
 }
 
+namespace {
+// A node with its inputs, flags and inferred static shape; no id yet.
+std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                               const std::string& name, std::shared_ptr<const ScanBody> body) {
+  auto n = std::make_shared<Node>();
+  n->op = op;
+  n->dtype = dtype;
+  n->attrs = std::move(attrs);
+  n->inputs = std::move(inputs);
+  n->name = name.empty() ? std::string(op_name(op)) : name;
+  n->body = std::move(body);
+  n->concrete = true;
+  for (const auto& t : n->inputs) {
+    n->concrete = n->concrete && t.node().concrete;
+    n->uses_learning_phase = n->uses_learning_phase || t.node().uses_learning_phase;
+  }
+  std::vector<Shape> in_shapes;
+  in_shapes.reserve(n->inputs.size());
+  for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
+  const OpDef& def = op_def(op);
+  n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  return n;
+}
+}  // namespace
+
 Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name, NDArray value) {
   auto n = std::make_shared<Node>();
   n->id = next_node_id();
@@ -105,21 +130,7 @@ Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
         return Tensor(std::move(existing));
     }
   }
-  auto n = std::make_shared<Node>();
-  n->op = op;
-  n->dtype = dtype;
-  n->attrs = std::move(attrs);
-  n->inputs = std::move(inputs);
-  n->name = name.empty() ? std::string(op_name(op)) : name;
-  n->concrete = true;
-  for (const auto& t : n->inputs) {
-    n->concrete = n->concrete && t.node().concrete;
-    n->uses_learning_phase = n->uses_learning_phase || t.node().uses_learning_phase;
-  }
-  std::vector<Shape> in_shapes;
-  in_shapes.reserve(n->inputs.size());
-  for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
-  n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  auto n = new_node(op, std::move(inputs), std::move(attrs), dtype, name, nullptr);
   n->id = next_node_id();
   Tensor t(n);
   if (def.pure) {
@@ -140,22 +151,7 @@ Tensor make_body_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtyp
                       const std::string& name, std::shared_ptr<const ScanBody> body) {
   ensure_ops_registered();
   for (const auto& t : inputs) (void)t.node();
-  auto n = std::make_shared<Node>();
-  n->op = op;
-  n->dtype = dtype;
-  n->attrs = std::move(attrs);
-  n->inputs = std::move(inputs);
-  n->name = name.empty() ? std::string(op_name(op)) : name;
-  n->body = std::move(body);
-  n->concrete = true;
-  for (const auto& t : n->inputs) {
-    n->concrete = n->concrete && t.node().concrete;
-    n->uses_learning_phase = n->uses_learning_phase || t.node().uses_learning_phase;
-  }
-  std::vector<Shape> in_shapes;
-  for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
-  const OpDef& def = op_def(op);
-  n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  auto n = new_node(op, std::move(inputs), std::move(attrs), dtype, name, std::move(body));
   n->id = next_node_id();
   return Tensor(std::move(n));
 }

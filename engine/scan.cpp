@@ -23,6 +23,35 @@ std::string describe(const Tensor& t) {
          std::string(dtype_name(t.dtype())) + ")";
 }
 
+// Whether a node depends on any of a set of nodes (memoized; the set's members count).
+class DependsOn {
+ public:
+  explicit DependsOn(std::unordered_set<Node*> roots) : roots_(std::move(roots)) {}
+  bool operator()(Node* n) {
+    if (roots_.count(n)) return true;
+    auto it = memo_.find(n);
+    if (it != memo_.end()) return it->second;
+    bool d = false;
+    for (const auto& in : n->inputs) d = (*this)(in.node_ptr().get()) || d;
+    return memo_[n] = d;
+  }
+  bool is_root(Node* n) const { return roots_.count(n) > 0; }
+
+ private:
+  std::unordered_set<Node*> roots_;
+  std::unordered_map<Node*, bool> memo_;
+};
+
+// A copy of `n` on new inputs (same op, attrs, seed, body and print hook).
+Tensor clone_node(const Node& n, std::vector<Tensor> ins) {
+  Tensor t = n.body ? make_body_node(n.op, std::move(ins), n.attrs, n.dtype, n.name, n.body)
+                    : make_node(n.op, std::move(ins), n.attrs, n.dtype, n.name);
+  Node& c = t.node();
+  if (c.seed == 0) c.seed = n.seed;
+  if (n.print_hook && !c.print_hook) c.print_hook = n.print_hook;
+  return t;
+}
+
 // Closes a body over its placeholders: every tensor the results use that does not depend on a
 // parameter becomes a capture, replaced inside the body by a fresh placeholder.
 struct ClosedBody {
@@ -36,16 +65,7 @@ ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tenso
   std::unordered_set<Node*> param_set;
   for (const auto& p : params) param_set.insert(p.node_ptr().get());
   for (const auto& [k, v] : subst) param_set.insert(k);
-  std::unordered_map<Node*, bool> dep;
-  std::function<bool(Node*)> depends = [&](Node* n) -> bool {
-    if (param_set.count(n)) return true;
-    auto it = dep.find(n);
-    if (it != dep.end()) return it->second;
-    bool d = false;
-    for (const auto& in : n->inputs) d = depends(in.node_ptr().get()) || d;
-    dep[n] = d;
-    return d;
-  };
+  DependsOn depends(param_set);
   std::vector<Node*> body;  // nodes that depend on a parameter (parameters excluded)
   std::vector<Node*> caps;
   std::unordered_set<Node*> seen, cap_seen;
@@ -92,12 +112,7 @@ ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tenso
   for (Node* n : body) {
     std::vector<Tensor> ins;
     for (const auto& in : n->inputs) ins.push_back(map.at(in.node_ptr().get()));
-    Tensor t = n->body ? make_body_node(n->op, std::move(ins), n->attrs, n->dtype, n->name, n->body)
-                       : make_node(n->op, std::move(ins), n->attrs, n->dtype, n->name);
-    Node& nn = t.node();
-    if (nn.seed == 0) nn.seed = n->seed;
-    if (n->print_hook && !nn.print_hook) nn.print_hook = n->print_hook;
-    map[n] = t;
+    map[n] = clone_node(*n, std::move(ins));
   }
   for (const auto& r : results) out.results.push_back(map.at(r.node_ptr().get()));
   return out;
@@ -293,11 +308,7 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
       }
       std::vector<Tensor> ins;
       for (const auto& in : m->inputs) ins.push_back(map.at(in.node_ptr().get()));
-      Tensor t = m->body
-                     ? make_body_node(m->op, std::move(ins), m->attrs, m->dtype, m->name, m->body)
-                     : make_node(m->op, std::move(ins), m->attrs, m->dtype, m->name);
-      if (t.node().seed == 0) t.node().seed = m->seed;
-      map[m] = t;
+      map[m] = clone_node(*m, std::move(ins));
     }
   }
   std::vector<Tensor> ys, seeds;
@@ -453,15 +464,7 @@ ScanResult make_scan(const ScanSpec& spec) {
     std::unordered_set<Node*> any_param;
     for (const auto* list : {&spec.seq_params, &spec.carry_params, &spec.static_params})
       for (const auto& p : *list) any_param.insert(p.node_ptr().get());
-    std::unordered_map<Node*, bool> dep;
-    std::function<bool(Node*)> depends = [&](Node* n) -> bool {
-      if (any_param.count(n)) return true;
-      auto it = dep.find(n);
-      if (it != dep.end()) return it->second;
-      bool d = false;
-      for (const auto& in : n->inputs) d = depends(in.node_ptr().get()) || d;
-      return dep[n] = d;
-    };
+    DependsOn depends(any_param);
     std::unordered_set<Node*> seen;
     std::vector<Node*> stack;
     for (const auto& r : results) stack.push_back(r.node_ptr().get());

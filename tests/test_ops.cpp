@@ -1180,3 +1180,27 @@ TEST(Control, SwitchHigherRankConditionIsValueError) {
 }
 
 }  // namespace
+
+TEST(PrintTensor, LogsMessageAndValuesEveryCallAndPassesTheValueThrough) {
+  auto x = K::placeholder({3});
+  auto y = K::print_tensor(x * 2.0, "doubled: ") + 1.0;
+  auto f = K::function({x}, {y});
+  testing::internal::CaptureStderr();
+  auto out = f({NDArray::from_values({1.0, 2.5, -4.0}, Shape{3})});
+  f({NDArray::from_values({0.0, 0.0, 7.0}, Shape{3})});
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out[0].item(0), 3.0);
+  EXPECT_EQ(out[0].item(1), 6.0);
+  EXPECT_EQ(out[0].item(2), -7.0);
+  const auto first = log.find("doubled: ");
+  ASSERT_NE(first, std::string::npos) << log;
+  EXPECT_NE(log.find("doubled: ", first + 1), std::string::npos) << "one line per call: " << log;
+  EXPECT_NE(log.find("-8"), std::string::npos) << log;
+  EXPECT_NE(log.find("14"), std::string::npos) << log;
+  // The gradient passes straight through (identity).
+  auto g = K::gradients(K::sum(K::print_tensor(x, "x") * 3.0), {x})[0];
+  testing::internal::CaptureStderr();
+  auto gv = K::function({x}, {g})({NDArray::from_values({1.0, 2.0, 3.0}, Shape{3})});
+  testing::internal::GetCapturedStderr();
+  EXPECT_EQ(gv[0].item(1), 3.0);
+}

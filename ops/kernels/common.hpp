@@ -65,6 +65,13 @@ inline void broadcast_strides(const ArrayRef& in, int rank, const std::int64_t* 
 
 inline constexpr int kMaxRank = 12;
 
+// Product of every dim but the last: the row count of an array seen as a stack of rows.
+inline std::int64_t leading_rows(const ArrayRef& x) {
+  std::int64_t r = 1;
+  for (int d = 0; d + 1 < x.ndim; ++d) r *= x.dims[d];
+  return r;
+}
+
 // Row-major strides of a shape.
 inline void contiguous_strides(const std::int64_t* dims, int ndim, std::int64_t* strides) {
   std::int64_t s = 1;

@@ -18,13 +18,8 @@ void matmul_kernel(const KernelCall& c) {
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).
-  auto rows = [](const ArrayRef& x) {
-    std::int64_t r = 1;
-    for (int d = 0; d + 1 < x.ndim; ++d) r *= x.dims[d];
-    return r;
-  };
-  const std::int64_t n = c.out.dims[c.out.ndim - 1], m = rows(c.out);
-  const std::int64_t k = ta ? rows(a) : a.dims[a.ndim - 1];
+  const std::int64_t n = c.out.dims[c.out.ndim - 1], m = leading_rows(c.out);
+  const std::int64_t k = ta ? leading_rows(a) : a.dims[a.ndim - 1];
   const T* pa = ptr<T>(a);
   const T* pb = ptr<T>(b);
   T* y = ptr<T>(c.out);
