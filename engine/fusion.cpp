@@ -17,16 +17,46 @@ constexpr std::int64_t kMinFuse = 1024;     // below this, a separate step costs
 constexpr int kMaxFusedInputs = 8;          // operands of one member kernel
 constexpr double kMinParallelWork = 80000;  // element-ops worth splitting across threads
 
-bool fusable(const Plan& p, const Step& s) {
-  if (s.fused || !s.node || !op_def(s.node->op).elementwise || s.node->print_hook) return false;
+constexpr std::int64_t kMaxRowChunk = 8192;  // a row operand's chunk: lcm(width, 64) * k
+
+// `in` broadcasts along the leading axes of `out`: its dims (leading 1s dropped) are out's
+// trailing dims. Such a row operand (a bias) repeats every `in.size` elements.
+bool is_row_of(const Shape& in, const Shape& out) {
+  int lead = 0;
+  while (lead < in.ndim() && in[lead] == 1) ++lead;
+  const int k = in.ndim() - lead;
+  if (k > out.ndim()) return false;
+  for (int i = 0; i < k; ++i)
+    if (in[lead + i] != out[out.ndim() - k + i]) return false;
+  return true;
+}
+
+std::int64_t gcd(std::int64_t a, std::int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+
+// Elements per chunk of a group whose row operands have width w (0: none): a multiple of 64
+// (the same packet boundaries as an unfused kernel) and of w (every chunk starts a row).
+std::int64_t chunk_for(std::int64_t w) {
+  if (w <= 0) return kChunk;
+  const std::int64_t l = w / gcd(w, 64) * 64;
+  return l >= kChunk ? l : l * (kChunk / l);
+}
+
+// -1: not fusable; else the row width of its row operands (0 if none).
+std::int64_t fusable(const Plan& p, const Step& s) {
+  if (s.fused || !s.node || !op_def(s.node->op).elementwise || s.node->print_hook) return -1;
   const Value& out = p.values[static_cast<std::size_t>(s.out)];
   if (out.size < kMinFuse || s.in_values.size() > static_cast<std::size_t>(kMaxFusedInputs))
-    return false;
+    return -1;
+  std::int64_t w = 0;
   for (int iv : s.in_values) {
-    const std::int64_t n = p.values[static_cast<std::size_t>(iv)].size;
-    if (n != out.size && n != 1) return false;
+    const Value& in = p.values[static_cast<std::size_t>(iv)];
+    if (in.size == out.size || in.size == 1) continue;
+    if (in.size == 0 || out.size % in.size != 0 || !is_row_of(in.shape, out.shape) ||
+        (w != 0 && w != in.size) || in.size / gcd(in.size, 64) * 64 > kMaxRowChunk)
+      return -1;
+    w = in.size;
   }
-  return true;
+  return w;
 }
 
 // Scratch for the registers of a fused group: one block per thread, grown once, never freed
@@ -66,11 +96,13 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   // Consumers through an alias (a reshape, an assignment) count as consumers of the root; an
   // elementwise consumer of the same element count reads the elements in the same order.
   std::vector<int> group_of(ns, -1);
-  std::vector<int> group_root;  // step index where each group runs
+  std::vector<int> group_root;          // step index where each group runs
+  std::vector<std::int64_t> group_row;  // row width of the group's row operands (0: none)
   std::vector<std::vector<int>> members;
   for (std::size_t s = ns; s-- > 0;) {
     const Step& st = p.steps[s];
-    if (!fusable(p, st)) continue;
+    const std::int64_t row = fusable(p, st);
+    if (row < 0) continue;
     const std::int64_t n = p.values[static_cast<std::size_t>(st.out)].size;
     int chosen = -1;
     const auto& cs = consumers[static_cast<std::size_t>(st.out)];
@@ -80,12 +112,15 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
         if (g < 0 ||
             p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(c)].out)].size != n)
           continue;
+        const std::int64_t grow = group_row[static_cast<std::size_t>(g)];
+        if (row != 0 && grow != 0 && row != grow) continue;
         const bool ok = std::all_of(cs.begin(), cs.end(), [&](int c2) {
           return group_of[static_cast<std::size_t>(c2)] == g ||
                  c2 > group_root[static_cast<std::size_t>(g)];
         });
         if (ok) {
           chosen = g;
+          if (row != 0) group_row[static_cast<std::size_t>(g)] = row;
           break;
         }
       }
@@ -94,6 +129,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       chosen = static_cast<int>(members.size());
       members.emplace_back();
       group_root.push_back(static_cast<int>(s));
+      group_row.push_back(row);
     }
     group_of[s] = chosen;
     members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
@@ -112,6 +148,8 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     auto step = std::make_unique<Step>();
     const int root = group_root[g];
     prog->n = p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(root)].out)].size;
+    prog->row = group_row[g];
+    prog->chunk = chunk_for(prog->row);
     std::vector<FusedOperand> where(nv, FusedOperand{FusedOperand::kInput, false, -1});
     std::vector<char> is_member_out(nv, 0);
     for (int m : ms)
@@ -133,7 +171,9 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
         if (w.index < 0) {
           w.where = FusedOperand::kInput;
           w.index = static_cast<int>(step->in_values.size());
-          w.scalar = p.values[static_cast<std::size_t>(iv)].size == 1 && prog->n > 1;
+          const std::int64_t in_size = p.values[static_cast<std::size_t>(iv)].size;
+          w.scalar = in_size == 1 && prog->n > 1;
+          w.row = !w.scalar && in_size != prog->n;
           step->in_values.push_back(iv);
         }
         ins.ins.push_back(w);
@@ -154,7 +194,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
         o = {FusedOperand::kRegister, false, static_cast<int>(prog->reg_offset.size())};
         prog->reg_offset.push_back(prog->scratch_bytes);
         prog->scratch_bytes +=
-            (static_cast<std::size_t>(kChunk) * dtype_size(val.dtype) + 63) / 64 * 64;
+            (static_cast<std::size_t>(prog->chunk) * dtype_size(val.dtype) + 63) / 64 * 64;
       }
       where[static_cast<std::size_t>(v)] = o;
       ins.out = o;
@@ -182,33 +222,38 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
 
 void run_fused(const KernelCall& c) {
   const auto& P = *static_cast<const FusedProgram*>(c.ctx);
-  const std::int64_t chunks = (P.n + kChunk - 1) / kChunk;
+  const std::int64_t chunk = P.chunk;
+  const std::int64_t chunks = (P.n + chunk - 1) / chunk;
   auto body = [&](std::int64_t c0, std::int64_t c1) {
     thread_local Scratch scratch;
     char* regs = static_cast<char*>(scratch.get(P.scratch_bytes));
     ArrayRef args[kMaxFusedInputs];
     for (std::int64_t ch = c0; ch < c1; ++ch) {
-      const std::int64_t start = ch * kChunk;
-      const std::int64_t len = std::min(kChunk, P.n - start);
-      const std::int64_t dims[1] = {len};
+      const std::int64_t start = ch * chunk;
+      const std::int64_t len = std::min(chunk, P.n - start);
+      // With row operands, full operands are seen as (rows, width) so kernels broadcast rows.
+      const std::int64_t dims[2] = {P.row > 0 ? len / P.row : len, P.row};
+      const int full_ndim = P.row > 0 ? 2 : 1;
+      const std::int64_t row_dims[1] = {P.row};
       auto ref = [&](const FusedOperand& o, DType dt) {
         switch (o.where) {
           case FusedOperand::kInput: {
             const ArrayRef& a = c.in[o.index];
             if (o.scalar) return ArrayRef{a.data, nullptr, 0, 1, a.dtype};
+            if (o.row) return ArrayRef{a.data, row_dims, 1, P.row, a.dtype};
             return ArrayRef{
                 static_cast<char*>(a.data) + start * static_cast<std::int64_t>(dtype_size(a.dtype)),
-                dims, 1, len, a.dtype};
+                dims, full_ndim, len, a.dtype};
           }
           case FusedOperand::kRegister:
-            return ArrayRef{regs + P.reg_offset[static_cast<std::size_t>(o.index)], dims, 1, len,
-                            dt};
+            return ArrayRef{regs + P.reg_offset[static_cast<std::size_t>(o.index)], dims, full_ndim,
+                            len, dt};
           case FusedOperand::kOutput:
             break;
         }
         return ArrayRef{static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(o.index)]) +
                             start * static_cast<std::int64_t>(dtype_size(dt)),
-                        dims, 1, len, dt};
+                        dims, full_ndim, len, dt};
       };
       for (const FusedInstr& ins : P.instrs) {
         for (std::size_t k = 0; k < ins.ins.size(); ++k)
@@ -230,7 +275,7 @@ void run_fused(const KernelCall& c) {
   }
   const std::int64_t grain =
       std::max<std::int64_t>(1, static_cast<std::int64_t>(kMinParallelWork / 2 /
-                                                          (static_cast<double>(kChunk) *
+                                                          (static_cast<double>(chunk) *
                                                            static_cast<double>(P.instrs.size()))));
   tbb::parallel_for(
       tbb::blocked_range<std::int64_t>(0, chunks, grain),

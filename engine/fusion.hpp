@@ -1,7 +1,8 @@
 // Elementwise fusion, step 2 of Function's compile (DESIGN.md): chains of elementwise steps of one
-// element count become one step that runs the members' own kernels chunk by chunk, so
-// intermediates stay in cache and never get an arena buffer. Results are bit-identical to the
-// unfused plan: the same kernels compute the same elements.
+// element count (operands may be scalars or rows, e.g. a bias after a GEMM) become one step that
+// runs the members' own kernels chunk by chunk, so intermediates stay in cache and never get an
+// arena buffer. Results are bit-identical to the unfused plan: the same kernels compute the same
+// elements.
 #pragma once
 
 #include <vector>
@@ -26,6 +27,7 @@ struct FusedOperand {
   enum Where : unsigned char { kInput, kRegister, kOutput } where;
   bool scalar = false;  // a size-1 input broadcast over the chunk
   int index = 0;        // input slot, register or output slot
+  bool row = false;     // a row input (a bias) broadcast over the chunk's rows
 };
 
 struct FusedInstr {
@@ -39,7 +41,9 @@ struct FusedInstr {
 };
 
 struct FusedProgram {
-  std::int64_t n = 0;  // elements of every non-scalar operand
+  std::int64_t n = 0;      // elements of every full operand
+  std::int64_t row = 0;    // width of the row operands (0: none); chunks start on a row
+  std::int64_t chunk = 0;  // elements per pass
   std::vector<FusedInstr> instrs;
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;

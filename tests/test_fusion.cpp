@@ -140,11 +140,11 @@ TEST(Fusion, IntermediatesUsedElsewhereAreWrittenOut) {
   }
 }
 
-TEST(Fusion, BroadcastRowsAndSmallArraysStayUnfusedButCorrect) {
+TEST(Fusion, RowOperandsAndSmallArraysMatchReference) {
   K::clear_session();
   auto x = K::placeholder({K::None, 300});
   auto b = K::variable(ramp(Shape{300}, 0.3, 0.0));
-  auto y = K::relu(x + b) * 3.0 - 1.0;  // x + b broadcasts a row: not fusable, the rest is
+  auto y = K::relu(x + b) * 3.0 - 1.0;  // x + b broadcasts a row (fused with a row operand)
   auto f = K::function({x}, {y});
   auto r = K::function({x}, {y}, {}, {.backend = "reference"});
   for (std::int64_t rows : {1, 2, 40}) {  // 300 and 600 elements are below the fusion size
@@ -167,4 +167,37 @@ TEST(Fusion, GradientsThroughFusedChainsMatchReference) {
   expect_identical(a[1], b[1], "gradient fused vs unfused");
   expect_close(a[1], c[1], 1e-5, "gradient vs reference");
   EXPECT_NEAR(a[0].item(0), c[0].item(0), 1e-6);
+}
+
+TEST(Fusion, BiasAndActivationAfterAGemmAreOnePass) {
+  // relu(x W + b) * 2 - 1 with b a row: one GEMM, then one fused pass that broadcasts b over
+  // the rows, for widths that do and do not divide the chunk, and with gradients.
+  for (std::int64_t width : {10, 7, 256, 100}) {
+    K::clear_session();
+    auto x = K::placeholder({K::None, 16});
+    auto W = K::variable(ramp(Shape{16, width}, 0.3, 0.0));
+    auto b = K::variable(ramp(Shape{width}, 0.5, 0.1));
+    auto y = K::relu(K::dot(x, W) + b) * 2.0 - 1.0;
+    auto g = K::gradients(K::sum(K::tanh(y)), {W, b});
+    std::vector<ktape::Tensor> outs{y, g[0], g[1]};
+    auto f1 = K::function({x}, outs);
+    auto f0 = K::function({x}, outs, {}, {.backend = "cpu", .fuse = false});
+    auto fr = K::function({x}, outs, {}, {.backend = "reference"});
+    for (std::int64_t rows : {300, 257}) {
+      NDArray xv = ramp(Shape{rows, 16}, 1.0, -0.2);
+      auto a = f1({xv});
+      auto c = f0({xv});
+      auto r = fr({xv});
+      for (std::size_t k = 0; k < 3; ++k) {
+        expect_identical(a[k], c[k],
+                         "width " + std::to_string(width) + " out " + std::to_string(k));
+        expect_close(a[k], r[k], 1e-4, "vs reference, width " + std::to_string(width));
+      }
+      // By hand, element (1, 2): relu(sum_k x[1,k] W[k,2] + b[2]) * 2 - 1.
+      double z = b.node().value.item(2);
+      for (int k = 0; k < 16; ++k) z += xv.item(16 + k) * W.node().value.item(k * width + 2);
+      EXPECT_NEAR(a[0].item(width + 2), std::max(z, 0.0) * 2 - 1, 1e-4);
+    }
+    EXPECT_LT(f1.num_steps(), f0.num_steps()) << "width " << width;
+  }
 }
