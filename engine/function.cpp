@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -100,6 +101,7 @@ struct FunctionImpl {
   std::vector<Node*> assigns;
   const Backend* backend = nullptr;
   bool fuse = true;
+  bool fold = true;
   mutable std::vector<std::unique_ptr<Plan>> plans;
   mutable Plan* last = nullptr;
 
@@ -168,6 +170,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   impl->outputs = std::move(outputs);
   impl->updates = std::move(updates);
   impl->fuse = options.fuse;
+  impl->fold = options.fold;
   impl->backend = options.backend.empty() ? &active_backend() : &backend_by_name(options.backend);
   impl_ = std::move(impl);
 }
@@ -243,8 +246,19 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
   Plan& p = *plan;
   p.sig = fed;
 
-  // 1. Prune: nodes the outputs and updates need, in tape (id) order.
+  // 1. Prune: nodes the outputs and updates need, in tape (id) order. A pure node computed only
+  // from constants is folded: evaluated once here, then read like a constant.
   std::vector<Node*> order;
+  std::unordered_map<Node*, bool> foldable_memo;
+  std::function<bool(Node*)> foldable = [&](Node* n) -> bool {
+    if (n->op == Op::Constant) return true;
+    auto it = foldable_memo.find(n);
+    if (it != foldable_memo.end()) return it->second;
+    bool f = fold && op_def(n->op).pure && n->op != Op::Placeholder && n->op != Op::Variable &&
+             !n->print_hook && !n->inputs.empty();
+    for (auto& in : n->inputs) f = f && foldable(in.node_ptr().get());
+    return foldable_memo[n] = f;
+  };
   {
     std::unordered_set<Node*> seen;
     std::vector<Node*> stack;
@@ -256,6 +270,12 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       if (!seen.insert(n).second) continue;
       order.push_back(n);
       if (n->eager_value.defined()) continue;
+      if (n->op != Op::Constant && foldable(n)) {
+        Function once({}, {Tensor(n->shared_from_this())}, {},
+                      {.backend = backend->name, .fuse = fuse, .fold = false});
+        p.folded.emplace(n, once({})[0]);
+        continue;
+      }
       for (auto& in : n->inputs) stack.push_back(in.node_ptr().get());
     }
     std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->id < b->id; });
@@ -275,6 +295,10 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       v.kind = Kind::kExternal;
       v.ext = n->eager_value.raw_data();
       v.shape = n->eager_value.shape();
+    } else if (auto fit = p.folded.find(n); fit != p.folded.end()) {
+      v.kind = Kind::kExternal;
+      v.ext = fit->second.raw_data();
+      v.shape = fit->second.shape();
     } else if (n->op == Op::Placeholder) {
       int k = -1;
       for (std::size_t i = 0; i < inputs.size(); ++i)

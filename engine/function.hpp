@@ -18,6 +18,7 @@ namespace ktape {
 struct FunctionOptions {
   std::string backend;  // "" = the active backend; else "cpu", "reference" or a plugin path
   bool fuse = true;     // fuse elementwise chains where the backend supports it
+  bool fold = true;     // evaluate pure nodes computed only from constants once, at compile
 };
 
 struct Plan;

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/function.hpp"
@@ -65,6 +66,7 @@ struct Plan {
   // function_execute_raw: outputs computed into the caller's buffer directly (every pointer
   // that refers to the output's arena slot), instead of a copy after the run.
   std::vector<std::vector<void**>> out_locs;
+  std::unordered_map<Node*, NDArray> folded;  // constant subgraphs evaluated at compile
   std::vector<int> out_same;  // an earlier redirected output with the same value, else -1
 };
 

@@ -201,3 +201,26 @@ TEST(Fusion, BiasAndActivationAfterAGemmAreOnePass) {
     EXPECT_LT(f1.num_steps(), f0.num_steps()) << "width " << width;
   }
 }
+
+TEST(Fusion, ConstantSubgraphsAreFoldedAtCompile) {
+  K::clear_session();
+  auto a = K::constant(NDArray::from_values({1.0, 2.0, 3.0}, Shape{3}));
+  auto folded = K::exp(a * 0.0) + K::square(a);  // [2, 5, 10], computed once
+  auto x = K::placeholder({3});
+  auto y = x * folded;
+  auto f = K::function({x}, {y});
+  auto f0 = K::function({x}, {y}, {}, {.fold = false});
+  auto out = f({NDArray::from_values({1.0, -1.0, 0.5}, Shape{3})});
+  EXPECT_EQ(out[0].item(0), 2.0);
+  EXPECT_EQ(out[0].item(1), -5.0);
+  EXPECT_EQ(out[0].item(2), 5.0);
+  f0({NDArray::from_values({1.0, -1.0, 0.5}, Shape{3})});
+  EXPECT_EQ(f.num_steps(), 1u) << f.describe_plan();
+  EXPECT_EQ(f0.num_steps(), 5u) << f0.describe_plan();
+  // Variables are never folded: a later set_value is seen.
+  auto v = K::variable(NDArray::from_values({1.0, 1.0, 1.0}, Shape{3}));
+  auto g = K::function({x}, {x * (v + 1.0)});
+  EXPECT_EQ(g({NDArray::from_values({1.0, 1.0, 1.0}, Shape{3})})[0].item(0), 2.0);
+  K::set_value(v, NDArray::from_values({3.0, 3.0, 3.0}, Shape{3}));
+  EXPECT_EQ(g({NDArray::from_values({1.0, 1.0, 1.0}, Shape{3})})[0].item(0), 4.0);
+}
