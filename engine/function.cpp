@@ -193,6 +193,8 @@ std::string Function::describe_plan() const {
              std::to_string(s.fused->out_values.size()) + " outputs]";
     out += "\n";
   }
+  out += "commits: " + std::to_string(impl_->last->commits.size()) + " copied, " +
+         std::to_string(impl_->last->commits_in_place) + " written in place\n";
   return out;
 }
 std::size_t Function::arena_bytes() const {
@@ -437,6 +439,78 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
     for (const auto& c : p.commits)
       pinned[static_cast<std::size_t>(p.values[static_cast<std::size_t>(c.value)].root)] = true;
     fuse_elementwise(p, pinned);
+  }
+
+  // 3c. Commit in place: a new value written by an elementwise step (or fused pass) after every
+  // read of the variable's old value goes straight into the variable, with no copy at the end.
+  // (Within a fused pass, reads of the old value must come no later than the write: each chunk
+  // is read before it is overwritten.)
+  {
+    std::vector<char> is_output(p.values.size(), 0), aliased(p.values.size(), 0);
+    for (const auto& t : outputs)
+      is_output[static_cast<std::size_t>(
+          p.values[static_cast<std::size_t>(index.at(t.node_ptr().get()))].root)] = 1;
+    for (std::size_t v = 0; v < p.values.size(); ++v)
+      if (p.values[v].root != static_cast<int>(v) && p.values[v].node->op != Op::Assign &&
+          p.values[v].node->op != Op::Group)
+        aliased[static_cast<std::size_t>(p.values[v].root)] = 1;
+    auto root_of = [&](int v) { return p.values[static_cast<std::size_t>(v)].root; };
+    for (std::size_t ci = 0; ci < p.commits.size();) {
+      const Commit& c = p.commits[ci];
+      const int cv = root_of(c.value);  // the buffer holding the new value
+      Value& v = p.values[static_cast<std::size_t>(cv)];
+      bool ok = p.values[static_cast<std::size_t>(c.value)].alias_offset == 0 &&
+                v.kind == Kind::kArena && !is_output[static_cast<std::size_t>(cv)] &&
+                !aliased[static_cast<std::size_t>(cv)];
+      int var_vi = -1;
+      for (std::size_t u = 0; u < p.values.size(); ++u)
+        if (p.values[u].kind == Kind::kExternal && p.values[u].ext == c.dst &&
+            p.values[u].root == static_cast<int>(u))
+          var_vi = static_cast<int>(u);
+      if (var_vi >= 0 && is_output[static_cast<std::size_t>(var_vi)]) ok = false;
+      int w = -1;
+      for (std::size_t si = 0; ok && si < p.steps.size(); ++si) {
+        const Step& st = p.steps[si];
+        if (st.out == cv ||
+            std::find(st.extra_outs.begin(), st.extra_outs.end(), cv) != st.extra_outs.end())
+          w = static_cast<int>(si);
+      }
+      ok = ok && w >= 0 &&
+           (p.steps[static_cast<std::size_t>(w)].fused ||
+            op_def(p.steps[static_cast<std::size_t>(w)].node->op).elementwise);
+      for (std::size_t si = 0; ok && var_vi >= 0 && si < p.steps.size(); ++si) {
+        const Step& st = p.steps[si];
+        for (std::size_t k = 0; ok && k < st.in_values.size(); ++k) {
+          if (root_of(st.in_values[k]) != var_vi) continue;
+          if (static_cast<int>(si) < w) continue;
+          if (static_cast<int>(si) > w || !st.fused) {
+            ok = static_cast<int>(si) == w;  // the writer itself reads it, element by element
+            continue;
+          }
+          // In the fused pass: every instruction reading input k runs no later than the writer.
+          int writer = -1, last_read = -1;
+          const auto& prog = *st.fused;
+          for (std::size_t j = 0; j < prog.instrs.size(); ++j) {
+            const auto& ins = prog.instrs[j];
+            if (ins.out.where == FusedOperand::kOutput &&
+                prog.out_values[static_cast<std::size_t>(ins.out.index)] == cv)
+              writer = static_cast<int>(j);
+            for (const auto& o : ins.ins)
+              if (o.where == FusedOperand::kInput && o.index == static_cast<int>(k))
+                last_read = static_cast<int>(j);
+          }
+          ok = writer >= 0 && last_read <= writer;
+        }
+      }
+      if (!ok) {
+        ++ci;
+        continue;
+      }
+      v.kind = Kind::kExternal;
+      v.ext = c.dst;
+      p.commits.erase(p.commits.begin() + static_cast<long>(ci));
+      ++p.commits_in_place;
+    }
   }
 
   // 4. Liveness and arena offsets.

@@ -61,6 +61,7 @@ struct Plan {
   std::vector<std::vector<ArrayRef*>> fed_refs;  // per fed input: step inputs to patch
   std::vector<int> outputs;                      // value index of each output
   std::vector<Commit> commits;
+  int commits_in_place = 0;  // updates written straight into their variable (no commit copy)
   std::vector<void*> fed_ptrs;
   bool lp_byte = false;
   // function_execute_raw: outputs computed into the caller's buffer directly (every pointer
