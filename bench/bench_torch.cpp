@@ -1,6 +1,9 @@
 // The same MLP training step as BM_MlpStep, in LibTorch, so both are measured in one run.
 //   BM_TorchMlpStep/<batch>/<threads, 0 = every core>: 784-256-128-10 relu MLP, softmax
 //   crossentropy, plain SGD (lr 0.01)
+// and the LSTM step of BM_LstmStep (bench_rnn.cpp):
+//   BM_TorchLstmStep/<batch>/<threads, 0 = every core>: torch::nn::LSTM(28, 128, batch_first) on
+//   (batch, 28, 28), its last output -> Linear(128, 10), cross_entropy, plain SGD (lr 0.01)
 // Built only when find_package(Torch) finds LibTorch (Debian: libtorch-dev).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -47,6 +50,49 @@ void BM_TorchMlpStep(benchmark::State& state) {
   state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
 }
 BENCHMARK(BM_TorchMlpStep)
+    ->Args({32, 0})
+    ->Args({128, 0})
+    ->Args({32, 1})
+    ->Args({128, 1})
+    ->Unit(benchmark::kMillisecond);
+
+struct TorchLstm : torch::nn::Module {
+  torch::nn::LSTM lstm{nullptr};
+  torch::nn::Linear fc{nullptr};
+  TorchLstm() {
+    lstm =
+        register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(28, 128).batch_first(true)));
+    fc = register_module("fc", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto out = std::get<0>(lstm->forward(x));  // (batch, T, 128)
+    return fc->forward(out.select(1, out.size(1) - 1));
+  }
+};
+
+void BM_TorchLstmStep(benchmark::State& state) {
+  const auto batch = state.range(0);
+  const auto threads = state.range(1);
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency()));
+  torch::manual_seed(1);
+  auto model = std::make_shared<TorchLstm>();
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
+  auto x = torch::rand({batch, 28, 28});
+  auto t = torch::arange(batch, torch::kLong).remainder(10);
+  auto step = [&] {
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), t);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  step();
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
+}
+BENCHMARK(BM_TorchLstmStep)
     ->Args({32, 0})
     ->Args({128, 0})
     ->Args({32, 1})

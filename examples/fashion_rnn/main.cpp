@@ -1,0 +1,137 @@
+// Trains an LSTM (or GRU) classifier on Fashion-MNIST: every 28x28 image is a sequence of 28
+// rows of 28 pixels, the cell is a K:: step function run by K::rnn, its last output goes through
+// dense(10) + softmax. See examples/common/rnn_model.hpp.
+//   fashion_rnn [--cell lstm|gru] [--hidden 128] [--optimizer adam] [--lr X] [--clipnorm X]
+//               [--epochs 10] [--batch-size 128] [--unroll] [--seed 1] [--limit N]
+//               [--data-dir /usr/share/datasets/fashion-mnist]
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "examples/common/rnn_model.hpp"
+#include "examples/common/train/progbar.hpp"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: fashion_rnn [--cell lstm|gru] [--hidden N] [--optimizer NAME] [--lr X]\n"
+    "                   [--clipnorm X] [--epochs N] [--batch-size N] [--unroll] [--seed N]\n"
+    "                   [--limit N] [--data-dir DIR]\n"
+    "  --cell       lstm (default) or gru (Keras reset_after=True)\n"
+    "  --hidden     units of the cell (default 128)\n"
+    "  --optimizer  adam (default), sgd, rmsprop, adagrad, adadelta, adamax, nadam; Keras's\n"
+    "               defaults, so --lr defaults to adam 0.001, sgd 0.01, ...\n"
+    "  --clipnorm   clip the gradients to this global norm\n"
+    "  --epochs     default 10; --batch-size default 128\n"
+    "  --unroll     K::rnn(unroll=true): the unrolled graph instead of the symbolic loop\n"
+    "  --limit      use only the first N training and N test samples\n"
+    "The validation (val_) metrics are those of the test set.\n";
+
+[[noreturn]] void usage(const std::string& msg) {
+  std::fprintf(stderr, "fashion_rnn: %s\n%s", msg.c_str(), kUsage);
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int epochs = 10;
+  std::int64_t limit = -1;
+  std::string data_dir = ktape::data::default_fashion_mnist_dir();
+  ktape::examples::RnnConfig cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage("missing value for " + a);
+      return argv[++i];
+    };
+    try {
+      if (a == "--epochs")
+        epochs = std::stoi(value());
+      else if (a == "--batch-size")
+        cfg.batch_size = std::stoi(value());
+      else if (a == "--lr")
+        cfg.lr = std::stod(value());
+      else if (a == "--clipnorm")
+        cfg.clipnorm = std::stod(value());
+      else if (a == "--optimizer")
+        cfg.optimizer = value();
+      else if (a == "--cell")
+        cfg.cell = value();
+      else if (a == "--hidden")
+        cfg.hidden = std::stoi(value());
+      else if (a == "--unroll")
+        cfg.unroll = true;
+      else if (a == "--seed")
+        cfg.seed = std::stoull(value());
+      else if (a == "--limit")
+        limit = std::stoll(value());
+      else if (a == "--data-dir")
+        data_dir = value();
+      else
+        usage("unknown flag " + a);
+    } catch (const std::logic_error&) {
+      usage("bad value for " + a);
+    }
+  }
+  if (cfg.cell != "lstm" && cfg.cell != "gru") usage("--cell must be lstm or gru");
+  if (epochs < 0 || cfg.batch_size <= 0 || cfg.hidden <= 0 || (cfg.lr && !(*cfg.lr > 0)) ||
+      (cfg.clipnorm && !(*cfg.clipnorm > 0)) || limit == 0 || limit < -1)
+    usage("need epochs >= 0, batch-size > 0, hidden > 0, lr > 0, clipnorm > 0, limit > 0");
+  try {
+    namespace K = ktape::backend;
+    namespace T = ktape::train;
+    K::set_random_seed(cfg.seed);
+    const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
+    const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);
+    const std::int64_t n = train.images.shape()[0];
+    std::cout << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
+              << " test samples; backend " << K::backend() << '\n';
+    ktape::examples::RnnClassifier model(cfg);
+    std::printf(
+        "%s(%d) over 28 steps of 28 features -> dense 10 (%lld parameters), %s, %s lr %g%s,"
+        " batch %d\n",
+        cfg.cell == "lstm" ? "LSTM" : "GRU", cfg.hidden, static_cast<long long>(model.num_params()),
+        cfg.unroll ? "unrolled" : "symbolic loop", cfg.optimizer.c_str(), model.lr(),
+        cfg.clipnorm ? (" clipnorm " + std::to_string(*cfg.clipnorm)).c_str() : "", cfg.batch_size);
+    std::fflush(stdout);
+
+    T::Metrics batch_metrics{{"loss", 0.0}, {"acc", 0.0}};
+    ktape::examples::RnnEpochStats val;
+    for (int e = 1; e <= epochs; ++e) {
+      T::print_epoch_header(std::cout, e, epochs);
+      T::Progbar bar(n);
+      double last_loss = 0, last_acc = 0;
+      const auto st = model.train_epoch(train, [&](std::int64_t done, double loss, double acc) {
+        if (done < n) {
+          batch_metrics[0].second = loss;
+          batch_metrics[1].second = acc;
+          bar.update(done, batch_metrics);
+        } else {  // the last batch goes with the validation metrics, as in Keras
+          last_loss = loss;
+          last_acc = acc;
+        }
+      });
+      val = model.evaluate(test);
+      bar.update(
+          n,
+          {{"loss", last_loss}, {"acc", last_acc}, {"val_loss", val.loss}, {"val_acc", val.acc}});
+      std::printf(
+          "  epoch %d: train %.1fs, test %.1fs - loss: %.4f - acc: %.4f - test_loss: %.4f"
+          " - test_acc: %.4f\n",
+          e, st.seconds, val.seconds, st.loss, st.acc, val.loss, val.acc);
+      std::fflush(stdout);
+    }
+    if (epochs == 0) val = model.evaluate(test);
+    std::printf("Final test accuracy: %.4f\n", val.acc);
+  } catch (const ktape::Error& e) {
+    std::fprintf(stderr, "fashion_rnn: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
