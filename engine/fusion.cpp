@@ -13,7 +13,7 @@ namespace ktape {
 namespace {
 
 constexpr std::int64_t kChunk = 2048;       // elements per pass of a fused group (stays in L1/L2)
-constexpr std::int64_t kMinFuse = 1024;     // below this, a separate step costs as little
+constexpr std::int64_t kMinFuse = 2;        // every chain of arrays fuses (scalars stay separate)
 constexpr int kMaxFusedInputs = 8;          // operands of one member kernel
 constexpr double kMinParallelWork = 80000;  // element-ops worth splitting across threads
 

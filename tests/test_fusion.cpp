@@ -217,7 +217,7 @@ TEST(Fusion, ConstantSubgraphsAreFoldedAtCompile) {
   auto x = K::placeholder({3});
   auto y = x * folded;
   auto f = K::function({x}, {y});
-  auto f0 = K::function({x}, {y}, {}, {.fold = false});
+  auto f0 = K::function({x}, {y}, {}, {.fuse = false, .fold = false});
   auto out = f({NDArray::from_values({1.0, -1.0, 0.5}, Shape{3})});
   EXPECT_EQ(out[0].item(0), 2.0);
   EXPECT_EQ(out[0].item(1), -5.0);
