@@ -1,5 +1,6 @@
 // ktape benchmarks (Google Benchmark). Run: ./build/bench/bench_ktape
-//   BM_MlpStep/<batch>/<backend 0=cpu,1=reference>: one SGD step of the 784-256-128-10 MLP
+//   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on 1 thread>: one SGD step of
+//     the 784-256-128-10 MLP
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
 //   BM_Gemm/<m>/<k>/<n>: MatMul at the MLP's shapes, reported in FLOP/s
 //   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
@@ -8,7 +9,10 @@
 //     launches per call, `floats/s` = parameters updated per second
 #include <benchmark/benchmark.h>
 
+#include <tbb/global_control.h>
+
 #include <cmath>
+#include <memory>
 
 #include "ktape/ktape.hpp"
 
@@ -19,11 +23,23 @@ using ktape::Shape;
 
 namespace {
 
-const char* backend_name(int i) { return i == 0 ? "cpu" : "reference"; }
+const char* backend_name(int i) { return i == 1 ? "reference" : "cpu"; }
+
+// Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on one thread (as
+// LibTorch's single-threaded figure).
+const char* variant_label(int i) {
+  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu 1 thread"};
+  return labels[i];
+}
 
 void BM_MlpStep(benchmark::State& state) {
   const auto batch = state.range(0);
-  const char* be = backend_name(static_cast<int>(state.range(1)));
+  const int variant = static_cast<int>(state.range(1));
+  const char* be = backend_name(variant);
+  std::unique_ptr<tbb::global_control> one_thread;
+  if (variant == 3)
+    one_thread =
+        std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
   auto x = K::placeholder({K::None, 784});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
@@ -41,7 +57,7 @@ void BM_MlpStep(benchmark::State& state) {
   std::vector<ktape::Tensor> ups;
   for (std::size_t i = 0; i < params.size(); ++i)
     ups.push_back(K::update_sub(params[i], 0.01 * g[i]));
-  auto f = K::function({x, t}, {loss}, ups, {.backend = be});
+  auto f = K::function({x, t}, {loss}, ups, {.backend = be, .fuse = variant != 2});
   NDArray xb = NDArray::full(Shape{batch, 784}, 0.5), tb(Shape{batch}, DType::int32);
   for (std::int64_t i = 0; i < batch; ++i)
     tb.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
@@ -49,13 +65,17 @@ void BM_MlpStep(benchmark::State& state) {
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel(be);
+  state.SetLabel(variant_label(variant));
 }
 BENCHMARK(BM_MlpStep)
     ->Args({32, 0})
     ->Args({128, 0})
     ->Args({32, 1})
     ->Args({128, 1})
+    ->Args({32, 2})
+    ->Args({128, 2})
+    ->Args({32, 3})
+    ->Args({128, 3})
     ->Unit(benchmark::kMillisecond);
 
 void BM_Dispatch(benchmark::State& state) {
