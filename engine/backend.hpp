@@ -15,8 +15,10 @@ namespace ktape {
 
 struct Backend {
   std::string name;
-  // Function fuses elementwise chains into one chunked pass (engine/fusion.hpp). The reference
-  // backend stays one kernel per node, so it remains the plain oracle.
+  // Function fuses elementwise chains into one chunked pass (engine/fusion.hpp) and writes
+  // updates into their variables in place; the backend's elementwise kernels must be safe on
+  // chunks and in place (OpDef::elementwise). The reference backend stays one kernel per node,
+  // so it remains the plain oracle.
   bool fuse_elementwise = false;
   KernelFn kernels[kNumOps][kNumDTypes] = {};
   void set(Op op, DType dt, KernelFn fn) {

@@ -134,7 +134,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       throw ValueError("K::function: inputs[" + std::to_string(i) + "] is a null tensor");
-    if (inputs[i].op() != Op::Placeholder)
+    if (inputs[i].op() != Op::Placeholder && !options.feed_intermediates)
       throw ValueError("K::function: inputs[" + std::to_string(i) + "] " +
                        describe(inputs[i].node()) +
                        " is not a placeholder; only placeholders can be fed");
@@ -251,13 +251,15 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
   // 1. Prune: nodes the outputs and updates need, in tape (id) order. A pure node computed only
   // from constants is folded: evaluated once here, then read like a constant.
   std::vector<Node*> order;
+  std::unordered_set<Node*> fed_set;
+  for (const auto& t : inputs) fed_set.insert(t.node_ptr().get());
   std::unordered_map<Node*, bool> foldable_memo;
   std::function<bool(Node*)> foldable = [&](Node* n) -> bool {
     if (n->op == Op::Constant) return true;
     auto it = foldable_memo.find(n);
     if (it != foldable_memo.end()) return it->second;
     bool f = fold && op_def(n->op).pure && n->op != Op::Placeholder && n->op != Op::Variable &&
-             !n->print_hook && !n->inputs.empty();
+             !n->print_hook && !n->inputs.empty() && !fed_set.count(n);
     for (auto& in : n->inputs) f = f && foldable(in.node_ptr().get());
     return foldable_memo[n] = f;
   };
@@ -271,7 +273,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       stack.pop_back();
       if (!seen.insert(n).second) continue;
       order.push_back(n);
-      if (n->eager_value.defined()) continue;
+      if (n->eager_value.defined() || fed_set.count(n)) continue;
       if (n->op != Op::Constant && foldable(n)) {
         Function once({}, {Tensor(n->shared_from_this())}, {},
                       {.backend = backend->name, .fuse = fuse, .fold = false});
@@ -301,7 +303,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       v.kind = Kind::kExternal;
       v.ext = fit->second.raw_data();
       v.shape = fit->second.shape();
-    } else if (n->op == Op::Placeholder) {
+    } else if (n->op == Op::Placeholder || fed_set.count(n)) {
       int k = -1;
       for (std::size_t i = 0; i < inputs.size(); ++i)
         if (inputs[i].node_ptr().get() == n) k = static_cast<int>(i);
@@ -444,8 +446,9 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
   // 3c. Commit in place: a new value written by an elementwise step (or fused pass) after every
   // read of the variable's old value goes straight into the variable, with no copy at the end.
   // (Within a fused pass, reads of the old value must come no later than the write: each chunk
-  // is read before it is overwritten.)
-  {
+  // is read before it is overwritten.) Only for backends whose elementwise kernels promise to
+  // be safe in place (the cpu backend; not plugins).
+  if (backend->fuse_elementwise) {
     std::vector<char> is_output(p.values.size(), 0), aliased(p.values.size(), 0);
     for (const auto& t : outputs)
       is_output[static_cast<std::size_t>(

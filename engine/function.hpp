@@ -19,6 +19,9 @@ struct FunctionOptions {
   std::string backend;  // "" = the active backend; else "cpu", "reference" or a plugin path
   bool fuse = true;     // fuse elementwise chains where the backend supports it
   bool fold = true;     // evaluate pure nodes computed only from constants once, at compile
+  // Loop bodies (engine/scan.cpp): inputs may be any node, fed instead of computed (a stored
+  // intermediate); the plan does not compute what only feeds them.
+  bool feed_intermediates = false;
 };
 
 struct Plan;

@@ -81,9 +81,14 @@ struct Scratch {
 void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   const std::size_t ns = p.steps.size();
   const std::size_t nv = p.values.size();
-  std::vector<char> offset_view(nv, 0);  // read through a view at an offset: never a register
-  for (std::size_t v = 0; v < nv; ++v)
-    if (p.values[v].alias_offset != 0) offset_view[static_cast<std::size_t>(p.values[v].root)] = 1;
+  // Read through a view of part of it (a ScanPart): never a register.
+  std::vector<char> offset_view(nv, 0);
+  for (std::size_t v = 0; v < nv; ++v) {
+    const Value& val = p.values[v];
+    if (val.alias_offset != 0 || (val.root != static_cast<int>(v) &&
+                                  val.size != p.values[static_cast<std::size_t>(val.root)].size))
+      offset_view[static_cast<std::size_t>(val.root)] = 1;
+  }
   std::vector<std::vector<int>> consumers(nv);
   for (std::size_t si = 0; si < ns; ++si)
     for (int iv : p.steps[si].in_values) {

@@ -84,7 +84,8 @@ struct OpDef {
   int dispatch_input = 0;
   // The kernel computes each output element from the same element of its inputs (numpy
   // broadcasting of size-1 inputs only matters at the edges): Function may fuse it and run it
-  // on chunks of the arrays.
+  // on chunks of the arrays. Such a kernel must also be safe in place (its output buffer may be
+  // one of its inputs): it reads every input element before writing that output element.
   bool elementwise = false;
 };
 

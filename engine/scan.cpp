@@ -311,6 +311,12 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
       map[m] = clone_node(*m, std::move(ins));
     }
   }
+  // Stored projections are fed to the reverse body (its plan then does not recompute them).
+  for (const auto& [m, node] : B.residuals) {
+    spec.seq_params.push_back(map.at(const_cast<Node*>(node)));
+    spec.seqs.push_back(scan_part(y, y, ScanPartKind::kOutput, m));
+    spec.seq_reverse.push_back(!B.out_reverse[static_cast<std::size_t>(m)]);
+  }
   std::vector<Tensor> ys, seeds;
   for (std::size_t m = 0; m < no; ++m) {
     if (!dy_ph[m].defined()) continue;
@@ -327,7 +333,9 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
   };
   std::vector<int> dx_of(ns, -1);  // output index of each sequence's gradient (float only)
   for (std::size_t i = 0; i < ns; ++i) {
-    if (!is_floating(x_ph[i].dtype())) continue;
+    // No output for a sequence no gradient reaches (a mask, or x after its projection was
+    // hoisted): its gradient is null, not a stack of zeros.
+    if (!is_floating(x_ph[i].dtype()) || !grads[i].defined()) continue;
     dx_of[i] = static_cast<int>(spec.outputs.size());
     spec.outputs.push_back(or_zeros(grads[i], x_ph[i]));
     spec.out_reverse.push_back(!B.seq_reverse[i]);
@@ -514,9 +522,48 @@ ScanResult make_scan(const ScanSpec& spec) {
   body->params.insert(body->params.end(), closed.capture_params.begin(),
                       closed.capture_params.end());
   body->results = closed.results;
+  body->n_user_out = body->n_out;
+  if (spec.store_carries) {
+    // Store each recurrent projection (carry . static) for the reverse scan: it then needs no
+    // GEMM to recompute the forward step's pre-activations.
+    std::unordered_set<Node*> carries, statics;
+    for (const auto& t : spec.carry_params) carries.insert(t.node_ptr().get());
+    for (std::size_t i = seq_params.size() + spec.carry_params.size(); i < body->params.size(); ++i)
+      statics.insert(body->params[i].node_ptr().get());
+    std::unordered_set<Node*> seen;
+    std::vector<Node*> stack, found;
+    for (const auto& r : body->results) stack.push_back(r.node_ptr().get());
+    while (!stack.empty()) {
+      Node* m = stack.back();
+      stack.pop_back();
+      if (carries.count(m) || statics.count(m) || !seen.insert(m).second) continue;
+      if (m->op == Op::MatMul && m->attrs.ints == std::vector<std::int64_t>{0, 0} &&
+          carries.count(m->inputs[0].node_ptr().get()) &&
+          statics.count(m->inputs[1].node_ptr().get()) && m->dtype == dt)
+        found.push_back(m);
+      // Random draws (dropout masks) too: the reverse scan must see the very values the
+      // forward step drew, not draw again.
+      if (m->op == Op::DropoutMask || m->op == Op::RandomUniform || m->op == Op::RandomNormal ||
+          m->op == Op::TruncatedNormal) {
+        if (m->dtype != dt)
+          throw NotImplementedError(who + ": a random op of dtype " +
+                                    std::string(dtype_name(m->dtype)) + " in a loop of dtype " +
+                                    std::string(dtype_name(dt)));
+        found.push_back(m);
+      }
+      for (const auto& in : m->inputs) stack.push_back(in.node_ptr().get());
+    }
+    std::sort(found.begin(), found.end(), [](Node* a, Node* b) { return a->id < b->id; });
+    for (Node* m : found) {
+      const int idx = body->n_out++;
+      body->results.insert(body->results.begin() + idx, Tensor(m->shared_from_this()));
+      body->out_reverse.push_back(0);
+      body->residuals.emplace_back(idx, m);
+    }
+  }
   body->dtype = dt;
   body->store = spec.store_carries;
-  body->fn = Function(body->params, body->results, {}, {});
+  body->fn = Function(body->params, body->results, {}, {.feed_intermediates = true});
 
   std::vector<Tensor> ins = seqs;
   ins.insert(ins.end(), spec.inits.begin(), spec.inits.end());
@@ -524,7 +571,7 @@ ScanResult make_scan(const ScanSpec& spec) {
   ins.insert(ins.end(), closed.captures.begin(), closed.captures.end());
   ScanResult r;
   r.node = make_body_node(Op::Scan, std::move(ins), {}, dt, spec.name, body);
-  for (int m = 0; m < body->n_out; ++m)
+  for (int m = 0; m < body->n_user_out; ++m)
     r.outputs.push_back(scan_part(r.node, r.node, ScanPartKind::kOutput, m));
   for (int k = 0; k < body->n_carry; ++k)
     r.final_carries.push_back(scan_part(r.node, r.node, ScanPartKind::kFinal, k));

@@ -22,6 +22,10 @@ namespace ktape {
 
 struct ScanBody {
   int n_seq = 0, n_carry = 0, n_static = 0, n_out = 0;
+  int n_user_out = 0;  // outputs the caller asked for; the rest are stored for the gradient
+  // Stored intermediates: output index -> body node (a recurrent projection h . U, a random
+  // draw). The reverse scan feeds them instead of recomputing them.
+  std::vector<std::pair<int, const Node*>> residuals;
   std::vector<char> seq_reverse;  // sequence i is read at T-1-j on step j
   std::vector<char> out_reverse;  // output m is written at T-1-j on step j
   std::vector<Tensor> params;     // placeholders: sequence slices, carries, statics

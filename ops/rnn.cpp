@@ -142,8 +142,25 @@ RnnResult rnn(const StepFunction& step_function, const Tensor& inputs,
     s_ph.push_back(make_source(Op::Placeholder, initial_states[k].shape(),
                                initial_states[k].dtype(), "rnn/state_" + std::to_string(k)));
   auto [out, ns] = call_step(x_ph, s_ph);
-  // The last output is a carry too: it is what a masked step repeats, and the result's
-  // last_output.
+  // Without a mask, an output that is also a state (h in SimpleRNN, LSTM, GRU) needs no carry of
+  // its own: the last output is that state's final value.
+  if (!m_ph.defined())
+    for (std::size_t k = 0; k < n_states; ++k)
+      if (ns[k] == out) {
+        spec.outputs.push_back(out);
+        for (std::size_t j = 0; j < n_states; ++j) {
+          spec.carry_params.push_back(s_ph[j]);
+          spec.inits.push_back(initial_states[j]);
+          spec.new_carries.push_back(ns[j]);
+        }
+        ScanResult r = make_scan(spec);
+        const Tensor outputs = o.time_major
+                                   ? r.outputs[0]
+                                   : permute_dimensions(r.outputs[0], swap01(r.outputs[0].ndim()));
+        return {r.final_carries[k], outputs, r.final_carries};
+      }
+  // Otherwise the last output is a carry too: it is what a masked step repeats, and the
+  // result's last_output.
   const Tensor prev_ph = make_source(Op::Placeholder, out.shape(), out.dtype(), "rnn/prev_output");
   if (m_ph.defined()) {
     out = switch_(m_ph, out, o.zero_output_for_mask ? zeros_like(out) : prev_ph);

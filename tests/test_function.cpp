@@ -261,3 +261,14 @@ TEST(Function, UpdateWithAReshapedValue) {
   EXPECT_EQ(o[0].item(0), 3.0);
   EXPECT_EQ(K::get_value(p).item(5), 2.0);
 }
+
+TEST(Function, InPlaceUpdateOfAVariableReadByAnAddN) {
+  // v_new = AddN(u * 3, v) is computed by a kernel that writes its output while reading v: the
+  // update must still see every element of the old v (v = [1, 2], u = [1, 2] -> [4, 8]).
+  auto u = K::variable(NDArray::from_values({1.0, 2.0}, Shape{2}));
+  auto v = K::variable(NDArray::from_values({1.0, 2.0}, Shape{2}));
+  auto g = ktape::gradients(std::vector<ktape::Tensor>{u + 0.0, u * 3.0}, {u}, {v, v})[0];
+  K::function({}, {}, {K::update(v, g)})({});
+  EXPECT_EQ(K::get_value(v).item(0), 4.0);
+  EXPECT_EQ(K::get_value(v).item(1), 8.0);
+}

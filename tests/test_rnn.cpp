@@ -358,3 +358,17 @@ TEST_F(Float64, SecondOrderThroughTwoStepScan) {
   const double h1 = std::tanh(0.7 * 0.5 + 0.3), h2 = std::tanh(0.7 * h1 - 0.4);
   EXPECT_NEAR(res[0], (1 - h2 * h2) * (h1 + 0.7 * (1 - h1 * h1) * 0.5), 1e-12);
 }
+
+TEST_F(Float64, RandomDrawsInABodyAreTheSameInTheGradient) {
+  // y = dropout(e) * w per element: d sum(y) / dw must equal sum(y) / w exactly, which holds only
+  // if the reverse scan sees the forward step's masks (it must not draw again).
+  auto x = K::placeholder({6, 40}, {.dtype = "float64"});
+  auto w = K::variable(NDArray::from_values({1.5}, Shape{}, DType::float64), {.dtype = "float64"});
+  auto y = K::map_fn([&](const Tensor& e) { return K::dropout(e, 0.5, {.seed = 3}) * w; }, x);
+  auto loss = K::sum(y);
+  auto f = K::function({x}, {loss, K::gradients(loss, {w})[0]});
+  for (int call = 0; call < 3; ++call) {
+    auto out = f({rnd(Shape{6, 40}, 20 + static_cast<std::uint64_t>(call), 1.0)});
+    EXPECT_NEAR(out[1].item(0), out[0].item(0) / 1.5, 1e-12) << "call " << call;
+  }
+}

@@ -155,12 +155,19 @@ void square_kernel(const KernelCall& c) {
 template <class T>
 void add_n_kernel(const KernelCall& c) {
   T* y = ptr<T>(c.out);
+  // Sums a block in a local buffer before writing it: every input element is read before the
+  // output element is written, so the output may be one of the inputs (an in-place update).
   parallel_for(c.out.size, static_cast<double>(c.n_in), [&](std::int64_t i0, std::int64_t i1) {
-    const T* p0 = ptr<T>(c.in[0]);
-    for (std::int64_t i = i0; i < i1; ++i) y[i] = p0[i];
-    for (int k = 1; k < c.n_in; ++k) {
-      const T* pk = ptr<T>(c.in[k]);
-      for (std::int64_t i = i0; i < i1; ++i) y[i] += pk[i];
+    alignas(64) T acc[256];
+    for (std::int64_t b0 = i0; b0 < i1; b0 += 256) {
+      const std::int64_t n = std::min<std::int64_t>(256, i1 - b0);
+      const T* p0 = ptr<T>(c.in[0]) + b0;
+      for (std::int64_t i = 0; i < n; ++i) acc[i] = p0[i];
+      for (int k = 1; k < c.n_in; ++k) {
+        const T* pk = ptr<T>(c.in[k]) + b0;
+        for (std::int64_t i = 0; i < n; ++i) acc[i] += pk[i];
+      }
+      for (std::int64_t i = 0; i < n; ++i) y[b0 + i] = acc[i];
     }
   });
 }
