@@ -330,7 +330,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
             p.values[static_cast<std::size_t>(index.at(in.node_ptr().get()))].shape);
       const OpDef& def = op_def(n->op);
       if (n->op == Op::Scan) {
-        v.scan = scan_layout(*n, in_shapes);
+        v.scan = scan_layout(*n, in_shapes, backend->name, fuse, fold);
         v.shape = scan_layout_shape(*v.scan, -1);
       } else if (n->op == Op::ScanPart || n->op == Op::ScanEmbed) {
         const auto& ref =

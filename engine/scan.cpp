@@ -223,7 +223,18 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
   // does, when its own gradient is asked for (second order).
   Tensor y = y_in;
   if (!B.store && nc > 0) {
-    auto twin = std::make_shared<ScanBody>(B);
+    auto twin = std::make_shared<ScanBody>();
+    twin->n_seq = B.n_seq;
+    twin->n_carry = B.n_carry;
+    twin->n_static = B.n_static;
+    twin->n_out = B.n_out;
+    twin->n_user_out = B.n_user_out;
+    twin->residuals = B.residuals;
+    twin->seq_reverse = B.seq_reverse;
+    twin->out_reverse = B.out_reverse;
+    twin->params = B.params;
+    twin->results = B.results;
+    twin->dtype = B.dtype;
     twin->store = true;
     y = make_body_node(Op::Scan, n.inputs, n.attrs, n.dtype, n.name + "/stored", twin);
   }
@@ -432,6 +443,17 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
 
 }  // namespace
 
+const Function& ScanBody::function_for(const std::string& backend, bool fuse, bool fold) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& v : variants_)
+    if (v->backend == backend && v->fuse == fuse && v->fold == fold) return v->fn;
+  variants_.push_back(std::make_unique<Variant>(Variant{
+      backend, fuse, fold,
+      Function(params, results, {},
+               {.backend = backend, .fuse = fuse, .fold = fold, .feed_intermediates = true})}));
+  return variants_.back()->fn;
+}
+
 Tensor scan_part(const Tensor& buf, const Tensor& scan, ScanPartKind kind, int index) {
   return part_node(Op::ScanPart, buf, scan, part_number(*scan.node().body, kind, index));
 }
@@ -563,7 +585,6 @@ ScanResult make_scan(const ScanSpec& spec) {
   }
   body->dtype = dt;
   body->store = spec.store_carries;
-  body->fn = Function(body->params, body->results, {}, {.feed_intermediates = true});
 
   std::vector<Tensor> ins = seqs;
   ins.insert(ins.end(), spec.inits.begin(), spec.inits.end());
@@ -578,7 +599,8 @@ ScanResult make_scan(const ScanSpec& spec) {
   return r;
 }
 
-std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shape>& in) {
+std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shape>& in,
+                                        const std::string& backend, bool fuse, bool fold) {
   const ScanBody& b = *scan.body;
   const std::string who = "K::" + scan.name;
   auto l = std::make_shared<ScanLayout>();
@@ -599,7 +621,8 @@ std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shap
       throw ValueError(who + ": loop input " + std::to_string(i) + " has shape " + sig[i].str() +
                        " per step, but the step function was built for " + want.str());
   }
-  l->plan = function_plan(b.fn, sig);
+  l->fn = &b.function_for(backend, fuse, fold);
+  l->plan = function_plan(*l->fn, sig);
   const Plan& p = *l->plan;
   auto result_shape = [&](std::size_t r) {
     return p.values[static_cast<std::size_t>(p.outputs[r])].shape;
@@ -676,7 +699,7 @@ void run_scan(const KernelCall& c) {
       const std::int64_t t = b.out_reverse[m] ? l.T - 1 - j : j;
       l.outs[m] = part(static_cast<int>(m)) + static_cast<std::size_t>(t) * l.out_step_bytes[m];
     }
-    function_execute_raw(b.fn, *l.plan, l.fed.data(), l.outs.data());
+    function_execute_raw(*l.fn, *l.plan, l.fed.data(), l.outs.data());
   }
 }
 

@@ -13,6 +13,8 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/function.hpp"
@@ -34,7 +36,19 @@ struct ScanBody {
   // Keep every step's carries (needed by the gradient). Off for backward scans: their own
   // gradient recomputes them with a storing twin.
   bool store = true;
-  Function fn;  // params -> results
+  // params -> results, compiled for the enclosing Function's backend and options.
+  const Function& function_for(const std::string& backend, bool fuse, bool fold) const;
+
+ private:
+  struct Variant {
+    std::string backend;
+    bool fuse, fold;
+    Function fn;
+  };
+  mutable std::mutex mu_;
+  mutable std::vector<std::unique_ptr<Variant>> variants_;
+
+ public:
 };
 
 struct ScanSpec {

@@ -13,7 +13,8 @@ namespace ktape {
 
 struct ScanLayout {
   const ScanBody* body = nullptr;
-  Plan* plan = nullptr;  // the body's plan for these shapes
+  const Function* fn = nullptr;  // the body compiled for the enclosing Function's options
+  Plan* plan = nullptr;          // its plan for these shapes
   std::int64_t T = 0;
   std::vector<Shape> parts;          // outputs, stored carries, final carries
   std::vector<std::int64_t> offset;  // element offset of each part
@@ -23,7 +24,9 @@ struct ScanLayout {
 };
 
 // Layout for a Scan node given its inputs' concrete shapes; ValueError for inconsistent shapes.
-std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shape>& in_shapes);
+// The body runs on the enclosing Function's backend with its fuse/fold options.
+std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shape>& in_shapes,
+                                        const std::string& backend, bool fuse, bool fold);
 // Shape of part `part` (-1: the whole flat buffer).
 Shape scan_layout_shape(const ScanLayout& l, int part);
 
