@@ -2,6 +2,8 @@
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
+#include <tbb/task_arena.h>
+
 #include "engine/backend.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
@@ -28,22 +30,39 @@ void matmul_kernel(const KernelCall& c) {
     C.setZero();
     return;
   }
-  const double cost_per_row = 2.0 * static_cast<double>(n) * static_cast<double>(k);
-  // Few large row blocks (one GEMM each) rather than many GEMV-like slivers.
-  const std::int64_t block = std::max<std::int64_t>(16, (m + 3) / 4);
+  // One large block per thread (one GEMM each) rather than many GEMV-like slivers. Split the
+  // dimension whose duplicated packing costs less: rows re-pack B (k x n) in every block,
+  // columns re-pack A (m x k).
+  const std::int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  const bool by_cols = m < n && n >= 32;
+  const std::int64_t extent = by_cols ? n : m;
+  const double cost_per_item = 2.0 * static_cast<double>(by_cols ? m : n) * static_cast<double>(k);
+  const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
   parallel_for(
-      m, cost_per_row / 4.0,
-      [&](std::int64_t r0, std::int64_t r1) {
-        const std::int64_t rows = r1 - r0;
-        auto out = C.middleRows(r0, rows);
+      extent, cost_per_item / 4.0,
+      [&](std::int64_t i0, std::int64_t i1) {
+        const std::int64_t len = i1 - i0;
+        if (by_cols) {
+          auto out = C.middleCols(i0, len);
+          if (!ta && !tb)
+            out.noalias() = A * B.middleCols(i0, len);
+          else if (!ta && tb)
+            out.noalias() = A * B.middleRows(i0, len).transpose();
+          else if (ta && !tb)
+            out.noalias() = A.transpose() * B.middleCols(i0, len);
+          else
+            out.noalias() = A.transpose() * B.middleRows(i0, len).transpose();
+          return;
+        }
+        auto out = C.middleRows(i0, len);
         if (!ta && !tb)
-          out.noalias() = A.middleRows(r0, rows) * B;
+          out.noalias() = A.middleRows(i0, len) * B;
         else if (!ta && tb)
-          out.noalias() = A.middleRows(r0, rows) * B.transpose();
+          out.noalias() = A.middleRows(i0, len) * B.transpose();
         else if (ta && !tb)
-          out.noalias() = A.middleCols(r0, rows).transpose() * B;
+          out.noalias() = A.middleCols(i0, len).transpose() * B;
         else
-          out.noalias() = A.middleCols(r0, rows).transpose() * B.transpose();
+          out.noalias() = A.middleCols(i0, len).transpose() * B.transpose();
       },
       block);
 }
