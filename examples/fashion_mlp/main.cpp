@@ -13,6 +13,7 @@
 #include <string>
 
 #include "examples/common/mlp.hpp"
+#include "examples/common/train/flags.hpp"
 #include "examples/common/train/progbar.hpp"
 #include "examples/common/train/svg_plot.hpp"
 
@@ -36,8 +37,7 @@ constexpr const char* kUsage =
     "The validation (val_) metrics are those of the test set.\n";
 
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "fashion_mlp: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
+  ktape::train::usage_error("fashion_mlp", kUsage, msg);
 }
 
 }  // namespace
@@ -48,47 +48,21 @@ int main(int argc, char** argv) {
   std::string data_dir = ktape::data::default_fashion_mnist_dir();
   std::string save_path, load_path, history_path, plot_path;
   ktape::examples::MlpConfig cfg;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value for " + a);
-      return argv[++i];
-    };
-    try {
-      if (a == "--epochs")
-        epochs = std::stoi(value());
-      else if (a == "--batch-size")
-        cfg.batch_size = std::stoi(value());
-      else if (a == "--lr")
-        cfg.lr = std::stod(value());
-      else if (a == "--dropout")
-        cfg.dropout = std::stod(value());
-      else if (a == "--optimizer")
-        cfg.optimizer = value();
-      else if (a == "--seed")
-        cfg.seed = std::stoull(value());
-      else if (a == "--limit")
-        limit = std::stoll(value());
-      else if (a == "--data-dir")
-        data_dir = value();
-      else if (a == "--save")
-        save_path = value();
-      else if (a == "--load")
-        load_path = value();
-      else if (a == "--history")
-        history_path = value();
-      else if (a == "--plot")
-        plot_path = value();
-      else
-        usage("unknown flag " + a);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + a);
-    }
-  }
+  auto text = [](std::string& dst) { return [&dst](const std::string& v) { dst = v; }; };
+  ktape::train::parse_flags(
+      argc, argv, "fashion_mlp", kUsage,
+      {{"--epochs", [&](const std::string& v) { epochs = std::stoi(v); }},
+       {"--batch-size", [&](const std::string& v) { cfg.batch_size = std::stoi(v); }},
+       {"--lr", [&](const std::string& v) { cfg.lr = std::stod(v); }},
+       {"--dropout", [&](const std::string& v) { cfg.dropout = std::stod(v); }},
+       {"--optimizer", text(cfg.optimizer)},
+       {"--seed", [&](const std::string& v) { cfg.seed = std::stoull(v); }},
+       {"--limit", [&](const std::string& v) { limit = std::stoll(v); }},
+       {"--data-dir", text(data_dir)},
+       {"--save", text(save_path)},
+       {"--load", text(load_path)},
+       {"--history", text(history_path)},
+       {"--plot", text(plot_path)}});
   const auto& names = ktape::examples::optimizer_names();
   if (std::find(names.begin(), names.end(), cfg.optimizer) == names.end())
     usage("unknown optimizer '" + cfg.optimizer + "'");

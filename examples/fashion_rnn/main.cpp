@@ -10,6 +10,7 @@
 #include <string>
 
 #include "examples/common/rnn_model.hpp"
+#include "examples/common/train/flags.hpp"
 #include "examples/common/train/progbar.hpp"
 
 namespace {
@@ -29,8 +30,7 @@ constexpr const char* kUsage =
     "The validation (val_) metrics are those of the test set.\n";
 
 [[noreturn]] void usage(const std::string& msg) {
-  std::fprintf(stderr, "fashion_rnn: %s\n%s", msg.c_str(), kUsage);
-  std::exit(2);
+  ktape::train::usage_error("fashion_rnn", kUsage, msg);
 }
 
 }  // namespace
@@ -40,45 +40,20 @@ int main(int argc, char** argv) {
   std::int64_t limit = -1;
   std::string data_dir = ktape::data::default_fashion_mnist_dir();
   ktape::examples::RnnConfig cfg;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value for " + a);
-      return argv[++i];
-    };
-    try {
-      if (a == "--epochs")
-        epochs = std::stoi(value());
-      else if (a == "--batch-size")
-        cfg.batch_size = std::stoi(value());
-      else if (a == "--lr")
-        cfg.lr = std::stod(value());
-      else if (a == "--clipnorm")
-        cfg.clipnorm = std::stod(value());
-      else if (a == "--optimizer")
-        cfg.optimizer = value();
-      else if (a == "--cell")
-        cfg.cell = value();
-      else if (a == "--hidden")
-        cfg.hidden = std::stoi(value());
-      else if (a == "--unroll")
-        cfg.unroll = true;
-      else if (a == "--seed")
-        cfg.seed = std::stoull(value());
-      else if (a == "--limit")
-        limit = std::stoll(value());
-      else if (a == "--data-dir")
-        data_dir = value();
-      else
-        usage("unknown flag " + a);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + a);
-    }
-  }
+  auto text = [](std::string& dst) { return [&dst](const std::string& v) { dst = v; }; };
+  ktape::train::parse_flags(
+      argc, argv, "fashion_rnn", kUsage,
+      {{"--epochs", [&](const std::string& v) { epochs = std::stoi(v); }},
+       {"--batch-size", [&](const std::string& v) { cfg.batch_size = std::stoi(v); }},
+       {"--lr", [&](const std::string& v) { cfg.lr = std::stod(v); }},
+       {"--clipnorm", [&](const std::string& v) { cfg.clipnorm = std::stod(v); }},
+       {"--optimizer", text(cfg.optimizer)},
+       {"--cell", text(cfg.cell)},
+       {"--hidden", [&](const std::string& v) { cfg.hidden = std::stoi(v); }},
+       {"--unroll", [&](const std::string&) { cfg.unroll = true; }, true},
+       {"--seed", [&](const std::string& v) { cfg.seed = std::stoull(v); }},
+       {"--limit", [&](const std::string& v) { limit = std::stoll(v); }},
+       {"--data-dir", text(data_dir)}});
   if (cfg.cell != "lstm" && cfg.cell != "gru") usage("--cell must be lstm or gru");
   if (epochs < 0 || cfg.batch_size <= 0 || cfg.hidden <= 0 || (cfg.lr && !(*cfg.lr > 0)) ||
       (cfg.clipnorm && !(*cfg.clipnorm > 0)) || limit == 0 || limit < -1)
