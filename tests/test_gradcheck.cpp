@@ -668,6 +668,16 @@ std::vector<SecondOrderCase> second_order_cases() {
          return K::switch_(cond, K::square(x[0]), K::exp(x[0]));
        },
        g.uniform(s, -1, 1)},
+      // Slice's gradient (SlicePad) and SlicePad's (Slice) are both differentiated here.
+      {"slice_square",
+       [](const V& x) {
+         return K::square(K::slice(x[0], {1, 0}, {2, 3})) * K::sum(x[0]);
+       },
+       g.normal(s)},
+      // A loop: the gradient of the reverse scan (a storing twin recomputes the forward).
+      {"map_fn_tanh",
+       [](const V& x) { return K::map_fn([](const Tensor& e) { return K::tanh(e) * e; }, x[0]); },
+       g.normal(s)},
   };
   return c;
 }
