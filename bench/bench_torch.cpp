@@ -8,6 +8,7 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <thread>
 
 namespace {
@@ -26,17 +27,13 @@ struct TorchMlp : torch::nn::Module {
   }
 };
 
-void BM_TorchMlpStep(benchmark::State& state) {
+// One SGD step (lr 0.01) of `model` on a fixed batch, timed; state.range(1) is the thread count
+// (0: every core, as many as oneTBB uses for ktape; 1: LibTorch single-threaded).
+template <class Model>
+void time_sgd_steps(benchmark::State& state, std::shared_ptr<Model> model, const torch::Tensor& x) {
   const auto batch = state.range(0);
-  // 0: as many threads as oneTBB uses for ktape (every core); 1: LibTorch single-threaded.
-  const auto threads = state.range(1);
-  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
-                                     : static_cast<int>(std::thread::hardware_concurrency()));
-  torch::manual_seed(1);
-  auto model = std::make_shared<TorchMlp>();
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
-  auto x = torch::full({batch, 784}, 0.5f);
   auto t = torch::arange(batch, torch::kLong).remainder(10);
+  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
   auto step = [&] {
     opt.zero_grad();
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), t);
@@ -48,6 +45,18 @@ void BM_TorchMlpStep(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(step());
   state.SetItemsProcessed(state.iterations() * batch);
   state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
+}
+
+void set_threads(const benchmark::State& state) {
+  const auto threads = state.range(1);
+  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                     : static_cast<int>(std::thread::hardware_concurrency()));
+  torch::manual_seed(1);
+}
+
+void BM_TorchMlpStep(benchmark::State& state) {
+  set_threads(state);
+  time_sgd_steps(state, std::make_shared<TorchMlp>(), torch::full({state.range(0), 784}, 0.5f));
 }
 BENCHMARK(BM_TorchMlpStep)
     ->Args({32, 0})
@@ -71,26 +80,8 @@ struct TorchLstm : torch::nn::Module {
 };
 
 void BM_TorchLstmStep(benchmark::State& state) {
-  const auto batch = state.range(0);
-  const auto threads = state.range(1);
-  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
-                                     : static_cast<int>(std::thread::hardware_concurrency()));
-  torch::manual_seed(1);
-  auto model = std::make_shared<TorchLstm>();
-  torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.01));
-  auto x = torch::rand({batch, 28, 28});
-  auto t = torch::arange(batch, torch::kLong).remainder(10);
-  auto step = [&] {
-    opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(model->forward(x), t);
-    loss.backward();
-    opt.step();
-    return loss;
-  };
-  step();
-  for (auto _ : state) benchmark::DoNotOptimize(step());
-  state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel("libtorch " + std::to_string(torch::get_num_threads()) + " threads");
+  set_threads(state);
+  time_sgd_steps(state, std::make_shared<TorchLstm>(), torch::rand({state.range(0), 28, 28}));
 }
 BENCHMARK(BM_TorchLstmStep)
     ->Args({32, 0})

@@ -1,6 +1,7 @@
 // Tests for engine/config: keras.json loading/writing, KERAS_HOME/KERAS_BACKEND handling and
 // the global floatx / epsilon / data-format API.
 #include "engine/config.hpp"
+#include "test_util.hpp"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -22,18 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 namespace cfg = ktape::config;
 
-std::optional<std::string> get_env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::optional<std::string>(v) : std::nullopt;
-}
-
-void restore_env(const char* name, const std::optional<std::string>& v) {
-  if (v) {
-    setenv(name, v->c_str(), 1);
-  } else {
-    unsetenv(name);
-  }
-}
+using ktape::testing_util::get_env;
+using ktape::testing_util::restore_env;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

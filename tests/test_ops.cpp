@@ -3,6 +3,8 @@
 // computed with <cmath> from the textbook formula (numpy was not available to precompute them).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -1203,4 +1205,33 @@ TEST(PrintTensor, LogsMessageAndValuesEveryCallAndPassesTheValueThrough) {
   auto gv = K::function({x}, {g})({NDArray::from_values({1.0, 2.0, 3.0}, Shape{3})});
   testing::internal::GetCapturedStderr();
   EXPECT_EQ(gv[0].item(1), 3.0);
+}
+
+TEST(Layout, SliceAndStackErrorsNameTheArguments) {
+  auto x = K::placeholder({3, 4});
+  auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const ktape::ValueError& e) {
+      return e.what();
+    }
+    return "no ValueError";
+  };
+  EXPECT_EQ(message([&] {
+              K::slice(x, {0, 3}, {1, 2});
+            }),
+            "K::slice: start 3 and size 2 on axis 1 leave a tensor of shape (3, 4)");
+  EXPECT_NE(message([&] {
+              K::slice(x, {0}, {1, 2});
+            }).find("one entry per axis of (3, 4)"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              K::stack({x, K::placeholder({4, 3})});
+            }).find("K::stack: shapes differ: (3, 4) and (4, 3)"),
+            std::string::npos);
+  // A slice of a None dim is checked when the Function sees the concrete shape.
+  auto y = K::placeholder({K::None, 4});
+  auto f = K::function({y}, {K::slice(y, {2, 0}, {2, -1})});
+  EXPECT_EQ(f({NDArray::full(Shape{4, 4}, 1.0)})[0].shape(), (Shape{2, 4}));
+  EXPECT_THROW(f({NDArray::full(Shape{3, 4}, 1.0)}), ktape::ValueError);
 }

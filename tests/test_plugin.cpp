@@ -18,6 +18,7 @@
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -93,18 +94,8 @@ std::vector<std::string> split(const std::string& s, const std::string& sep) {
   }
 }
 
-std::optional<std::string> get_env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::optional<std::string>(v) : std::nullopt;
-}
-
-void restore_env(const char* name, const std::optional<std::string>& v) {
-  if (v) {
-    setenv(name, v->c_str(), 1);
-  } else {
-    unsetenv(name);
-  }
-}
+using ktape::testing_util::get_env;
+using ktape::testing_util::restore_env;
 
 NDArray f32(const std::vector<double>& values) {
   return NDArray::from_values(values, Shape{static_cast<std::int64_t>(values.size())},
