@@ -1,6 +1,7 @@
 // Exceptions thrown by ktape. They mirror the Python exceptions Keras raises so that
 // code ported from Keras keeps its error handling: ValueError for bad values and shapes,
-// TypeError for wrong kinds and dtypes, NotImplementedError, and IOError for files.
+// TypeError for wrong kinds and dtypes, NotImplementedError, IOError for files, and
+// ResourceExhaustedError (TF's) for an allocation the machine cannot satisfy.
 #pragma once
 
 #include <stdexcept>
@@ -25,6 +26,10 @@ class NotImplementedError : public Error {
   using Error::Error;
 };
 class IOError : public Error {
+ public:
+  using Error::Error;
+};
+class ResourceExhaustedError : public Error {
  public:
   using Error::Error;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -17,6 +19,9 @@ namespace ktape {
 namespace {
 
 thread_local int t_eager = 0;
+// Calls in progress on this thread: a nested call (a print hook that evaluates a tensor) runs
+// under the locks its enclosing call holds.
+thread_local int t_call_depth = 0;
 
 void copy_kernel(const KernelCall& c) {
   std::memcpy(c.out.data, c.in[0].data,
@@ -35,7 +40,7 @@ bool is_learning_phase(const Node& n) {
 class OffsetAllocator {
  public:
   std::size_t alloc(std::size_t bytes) {
-    bytes = (bytes + 63) / 64 * 64;
+    bytes = (bytes + 63) / 64 * 64;  // bytes <= PTRDIFF_MAX (array_bytes): no wrap
     if (bytes == 0) bytes = 64;
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       if (it->second >= bytes) {
@@ -53,11 +58,16 @@ class OffsetAllocator {
     if (!free_.empty() && free_.back().first + free_.back().second == top_) {
       const std::size_t off = free_.back().first;
       free_.pop_back();
-      top_ = off + bytes;
+      top_ = off;
+      if (__builtin_add_overflow(top_, bytes, &top_) || top_ > PTRDIFF_MAX)
+        throw ResourceExhaustedError("K::function: the plan's buffers need more than " +
+                                     std::to_string(PTRDIFF_MAX) + " bytes");
       return off;
     }
     const std::size_t off = top_;
-    top_ += bytes;
+    if (__builtin_add_overflow(top_, bytes, &top_) || top_ > PTRDIFF_MAX)
+      throw ResourceExhaustedError("K::function: the plan's buffers need more than " +
+                                   std::to_string(PTRDIFF_MAX) + " bytes");
     return off;
   }
   void release(std::size_t off, std::size_t bytes) {
@@ -96,18 +106,23 @@ void collect_assigns(Node* n, std::vector<Node*>& out) {
 
 }  // namespace
 
+Plan::~Plan() = default;
+
 struct FunctionImpl {
   std::vector<Tensor> inputs, outputs, updates;
   std::vector<Node*> assigns;
   const Backend* backend = nullptr;
   bool fuse = true;
   bool fold = true;
+  mutable std::mutex mu;  // guards plans, their busy flags and last
   mutable std::vector<std::unique_ptr<Plan>> plans;
   mutable Plan* last = nullptr;
 
   void validate_feed(const std::vector<NDArray>& fed) const;
-  Plan* find_plan(const std::vector<NDArray>& fed) const;
-  Plan* find_plan_shapes(const std::vector<Shape>& shapes) const;
+  // A plan for the fed shapes that no other call is running (compiled if there is none); it is
+  // the caller's until release().
+  Plan* acquire(const std::vector<NDArray>& fed) const;
+  void release(Plan* p) const;
   std::unique_ptr<Plan> compile(const std::vector<Shape>& fed) const;
   void execute(Plan& p, const std::vector<NDArray>& fed) const;
   void execute_ptrs(Plan& p) const;
@@ -177,12 +192,20 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
 
 const std::vector<Tensor>& Function::inputs() const { return impl_->inputs; }
 const std::vector<Tensor>& Function::outputs() const { return impl_->outputs; }
-std::size_t Function::num_plans() const { return impl_ ? impl_->plans.size() : 0; }
+std::size_t Function::num_plans() const {
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->plans.size();
+}
 std::size_t Function::num_steps() const {
-  return impl_ && impl_->last ? impl_->last->steps.size() : 0;
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last ? impl_->last->steps.size() : 0;
 }
 std::string Function::describe_plan() const {
-  if (!impl_ || !impl_->last) return "(no plan compiled yet)\n";
+  if (!impl_) return "(no plan compiled yet)\n";
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (!impl_->last) return "(no plan compiled yet)\n";
   std::string out;
   for (const auto& s : impl_->last->steps) {
     const Value& v = impl_->last->values[static_cast<std::size_t>(s.out)];
@@ -198,7 +221,9 @@ std::string Function::describe_plan() const {
   return out;
 }
 std::size_t Function::arena_bytes() const {
-  return impl_ && impl_->last ? impl_->last->arena_bytes : 0;
+  if (!impl_) return 0;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last ? impl_->last->arena_bytes : 0;
 }
 
 void FunctionImpl::validate_feed(const std::vector<NDArray>& fed) const {
@@ -221,26 +246,83 @@ void FunctionImpl::validate_feed(const std::vector<NDArray>& fed) const {
   }
 }
 
-Plan* FunctionImpl::find_plan(const std::vector<NDArray>& fed) const {
-  auto matches = [&](const Plan& p) {
+Plan* FunctionImpl::acquire(const std::vector<NDArray>& fed) const {
+  auto free_match = [&](const Plan& p) {
+    if (p.busy) return false;
     for (std::size_t i = 0; i < fed.size(); ++i)
       if (p.sig[i] != fed[i].shape()) return false;
     return true;
   };
-  if (last && matches(*last)) return last;
-  for (auto& p : plans)
-    if (matches(*p)) return last = p.get();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    Plan* found = last && free_match(*last) ? last : nullptr;
+    for (std::size_t i = 0; !found && i < plans.size(); ++i)
+      if (free_match(*plans[i])) found = plans[i].get();
+    if (found) {
+      found->busy = true;
+      return last = found;
+    }
+  }
   std::vector<Shape> shapes;
   for (const auto& a : fed) shapes.push_back(a.shape());
-  plans.push_back(compile(shapes));
+  auto plan = compile(shapes);  // outside the lock: other calls go on meanwhile
+  std::lock_guard<std::mutex> lock(mu);
+  plan->busy = true;
+  plans.push_back(std::move(plan));
   return last = plans.back().get();
 }
 
-Plan* FunctionImpl::find_plan_shapes(const std::vector<Shape>& shapes) const {
-  for (auto& p : plans)
-    if (p->sig == shapes) return p.get();
-  plans.push_back(compile(shapes));
-  return plans.back().get();
+void FunctionImpl::release(Plan* p) const {
+  std::lock_guard<std::mutex> lock(mu);
+  p->busy = false;
+}
+
+namespace {
+
+// A plan taken from a Function's pool for one call.
+class PlanLease {
+ public:
+  PlanLease(const FunctionImpl& f, const std::vector<NDArray>& fed) : f_(f), p_(f.acquire(fed)) {}
+  ~PlanLease() { f_.release(p_); }
+  PlanLease(const PlanLease&) = delete;
+  PlanLease& operator=(const PlanLease&) = delete;
+  Plan& plan() const { return *p_; }
+
+ private:
+  const FunctionImpl& f_;
+  Plan* p_;
+};
+
+// The variable locks of one call (Plan::var_locks), held until destruction. None on a thread
+// that is already inside a call.
+class VariableLocks {
+ public:
+  explicit VariableLocks(const Plan& p) : p_(t_call_depth == 0 ? &p : nullptr) {
+    ++t_call_depth;
+    if (!p_) return;
+    for (const auto& [mu, exclusive] : p_->var_locks) exclusive ? mu->lock() : mu->lock_shared();
+  }
+  ~VariableLocks() {
+    --t_call_depth;
+    if (!p_) return;
+    for (auto it = p_->var_locks.rbegin(); it != p_->var_locks.rend(); ++it)
+      it->second ? it->first->unlock() : it->first->unlock_shared();
+  }
+  VariableLocks(const VariableLocks&) = delete;
+  VariableLocks& operator=(const VariableLocks&) = delete;
+
+ private:
+  const Plan* p_;
+};
+
+}  // namespace
+
+VariableAccess::VariableAccess(const Node& var, bool write)
+    : mu_(t_call_depth == 0 ? var.storage_lock.get() : nullptr), write_(write) {
+  if (mu_) write_ ? mu_->lock() : mu_->lock_shared();
+}
+VariableAccess::~VariableAccess() {
+  if (mu_) write_ ? mu_->unlock() : mu_->unlock_shared();
 }
 
 std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const {
@@ -366,8 +448,8 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
         v.alias_offset = src.alias_offset;
       }
     }
+    v.bytes = array_bytes(v.shape, v.dtype, ("K::function: " + describe(*n)).c_str());
     v.size = v.shape.num_elements();
-    v.bytes = static_cast<std::size_t>(v.size) * dtype_size(v.dtype);
     index[n] = vi;
     p.values.push_back(std::move(v));
   }
@@ -481,6 +563,10 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       ok = ok && w >= 0 &&
            (p.steps[static_cast<std::size_t>(w)].fused ||
             op_def(p.steps[static_cast<std::size_t>(w)].node->op).elementwise);
+      // A step that may throw after the write would leave the variable half-updated.
+      for (std::size_t si = static_cast<std::size_t>(std::max(w, 0)); ok && si < p.steps.size();
+           ++si)
+        ok = !op_def(p.steps[si].node->op).may_throw && !p.steps[si].node->print_hook;
       for (std::size_t si = 0; ok && var_vi >= 0 && si < p.steps.size(); ++si) {
         const Step& st = p.steps[si];
         for (std::size_t k = 0; ok && k < st.in_values.size(); ++k) {
@@ -514,6 +600,19 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
       p.commits.erase(p.commits.begin() + static_cast<long>(ci));
       ++p.commits_in_place;
     }
+  }
+
+  // 3d. Variable locks, ordered by node id: every call takes them in the same order.
+  {
+    std::map<std::int64_t, std::pair<std::shared_mutex*, bool>> locks;
+    for (const Value& v : p.values)
+      if (v.node->op == Op::Variable && v.node->storage_lock)
+        locks.emplace(v.node->id, std::make_pair(v.node->storage_lock.get(), false));
+    for (Node* a : assigns) {
+      Node* var = a->inputs[0].node_ptr().get();
+      locks[var->id] = {var->storage_lock.get(), true};
+    }
+    for (const auto& [id, l] : locks) p.var_locks.push_back(l);
   }
 
   // 4. Liveness and arena offsets.
@@ -555,7 +654,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
     }
   }
   p.arena_bytes = arena.top();
-  p.arena = aligned_buffer(p.arena_bytes);
+  p.arena = aligned_buffer(p.arena_bytes);  // ResourceExhaustedError naming the bytes
 
   // 5. Resolve pointers.
   p.fed_refs.assign(inputs.size(), {});
@@ -654,7 +753,9 @@ void Function::run(const std::vector<NDArray>& inputs, std::vector<NDArray>& out
   if (!impl_) throw ValueError("K::function: calling an empty Function");
   const FunctionImpl& f = *impl_;
   f.validate_feed(inputs);
-  Plan& p = *f.find_plan(inputs);
+  const PlanLease lease(f, inputs);
+  Plan& p = lease.plan();
+  const VariableLocks locks(p);
   f.execute(p, inputs);
   if (outputs.size() != p.outputs.size()) outputs.resize(p.outputs.size());
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
@@ -693,8 +794,8 @@ NDArray evaluate(const Tensor& t) {
   return f({})[0];
 }
 
-Plan* function_plan(const Function& f, const std::vector<Shape>& shapes) {
-  return f.impl_->find_plan_shapes(shapes);
+std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes) {
+  return f.impl_->compile(shapes);
 }
 
 void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs) {

@@ -4,9 +4,16 @@
 // returns, and run() into caller-owned arrays allocates nothing at all.
 // Updates follow Keras: outputs and all new values are computed from the values variables had
 // when the call started; then every assignment is committed.
+// Threads: a Function may be called from several threads at once. Each concurrent call runs on
+// its own plan (a pool per signature, grown on demand, so steady-state calls still allocate
+// nothing), and holds its variables' locks for the whole call — shared for those it reads,
+// exclusive for those it assigns, taken in one global order — so concurrent calls are
+// serializable: each sees the variables as some sequence of whole calls left them, and every
+// call's assignments are committed atomically (none is lost or torn).
 #pragma once
 
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -26,7 +33,7 @@ struct FunctionOptions {
 
 struct Plan;
 class Function;
-Plan* function_plan(const Function& f, const std::vector<Shape>& shapes);
+std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes);
 void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs);
 
 class Function {
@@ -42,7 +49,8 @@ class Function {
 
   const std::vector<Tensor>& inputs() const;
   const std::vector<Tensor>& outputs() const;
-  // Number of compiled plans (one per distinct input-shape signature seen so far).
+  // Number of compiled plans: one per distinct input-shape signature seen so far, plus one per
+  // call that ran while another call of the same signature was in progress.
   std::size_t num_plans() const;
   // Arena bytes of the most recently used plan (for tests and benchmarks).
   std::size_t arena_bytes() const;
@@ -52,13 +60,27 @@ class Function {
   std::string describe_plan() const;
 
  private:
-  friend Plan* function_plan(const Function&, const std::vector<Shape>&);
+  friend std::unique_ptr<Plan> function_compile(const Function&, const std::vector<Shape>&);
   friend void function_execute_raw(const Function&, Plan&, void* const*, void* const*);
   std::shared_ptr<struct FunctionImpl> impl_;
 };
 
 // Evaluates a tensor that needs no fed placeholder (K::eval). Evaluating an update runs it.
 NDArray evaluate(const Tensor& t);
+
+// Holds a variable's storage lock — shared to read it, exclusive to write it — for direct
+// access outside a Function (K::get_value, K::set_value). No-op inside a call, which holds it.
+class VariableAccess {
+ public:
+  VariableAccess(const Node& var, bool write);
+  ~VariableAccess();
+  VariableAccess(const VariableAccess&) = delete;
+  VariableAccess& operator=(const VariableAccess&) = delete;
+
+ private:
+  std::shared_mutex* mu_;
+  bool write_;
+};
 
 // Eager scopes: inside one, every node that needs no placeholder is evaluated when it is built.
 bool in_eager_scope();

@@ -75,6 +75,13 @@ void reset_tape() {
 }
 
 namespace {
+void check_rank(const Shape& s, const std::string& name) {
+  if (s.ndim() > kMaxRank)
+    throw ValueError("ktape: '" + name + "' would have shape " + s.str() + " of rank " +
+                     std::to_string(s.ndim()) + "; ktape supports ranks up to " +
+                     std::to_string(kMaxRank));
+}
+
 // A node with its inputs, flags and inferred static shape; no id yet.
 std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
                                const std::string& name, std::shared_ptr<const ScanBody> body) {
@@ -95,11 +102,13 @@ std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, D
   for (const auto& t : n->inputs) in_shapes.push_back(t.shape());
   const OpDef& def = op_def(op);
   n->shape = def.shape ? def.shape(*n, in_shapes) : Shape{};
+  check_rank(n->shape, n->name);
   return n;
 }
 }  // namespace
 
 Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name, NDArray value) {
+  check_rank(shape, name);
   auto n = std::make_shared<Node>();
   n->id = next_node_id();
   n->op = op;
@@ -108,6 +117,7 @@ Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& na
   n->name = name;
   n->value = std::move(value);
   n->concrete = op != Op::Placeholder;
+  if (op == Op::Variable) n->storage_lock = std::make_unique<std::shared_mutex>();
   return Tensor(std::move(n));
 }
 

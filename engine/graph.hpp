@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct Node : std::enable_shared_from_this<Node> {
   std::string name;
   // Constant: the value. Variable: the persistent storage (updated in place by Functions).
   NDArray value;
+  // Variable only: taken shared by every call that reads the storage and exclusive by every call
+  // that assigns it, for the whole call (engine/function.hpp), and by get_value / set_value.
+  std::unique_ptr<std::shared_mutex> storage_lock;
   // Set when the value can be computed without any fed placeholder (constants, variables,
   // random ops, and anything built only from those).
   bool concrete = true;
@@ -87,6 +91,9 @@ struct OpDef {
   // on chunks of the arrays. Such a kernel must also be safe in place (its output buffer may be
   // one of its inputs): it reads every input element before writing that output element.
   bool elementwise = false;
+  // The kernel may throw on bad values (a label out of range): Function writes no update into
+  // its variable before such a step, so a failed call leaves every variable as it was.
+  bool may_throw = false;
 };
 
 // The op table. Filled once by ops/registry.cpp (one explicit call per op family).

@@ -1,26 +1,81 @@
 #include "engine/ndarray.hpp"
 
+#include <sys/sysinfo.h>
+
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "engine/saturate.hpp"
+
 namespace ktape {
 
+namespace {
+
+// RAM + swap of this machine, in bytes (0 if unknown: then only the allocator decides).
+std::size_t memory_limit() {
+  static const std::size_t limit = [] {
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return std::size_t{0};
+    const unsigned long long unit = si.mem_unit ? si.mem_unit : 1;
+    return static_cast<std::size_t>((static_cast<unsigned long long>(si.totalram) +
+                                     static_cast<unsigned long long>(si.totalswap)) *
+                                    unit);
+  }();
+  return limit;
+}
+
+[[noreturn]] void exhausted(std::size_t bytes, const char* why) {
+  throw ResourceExhaustedError("ktape: cannot allocate " + std::to_string(bytes) + " bytes (" +
+                               std::to_string(bytes >> 20) + " MiB): " + why);
+}
+
+}  // namespace
+
+std::size_t array_bytes(const Shape& shape, DType dtype, const char* where) {
+  const std::int64_t n = shape.num_elements();  // ValueError on an overflowing count
+  if (n < 0)
+    throw ValueError(std::string(where) + ": shape " + shape.str() +
+                     " must have known, non-negative dims");
+  const auto es = static_cast<std::int64_t>(dtype_size(dtype));
+  std::int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, es, &bytes) || bytes > PTRDIFF_MAX - 128)
+    throw ValueError(std::string(where) + ": shape " + shape.str() + " of " +
+                     std::string(dtype_name(dtype)) + " needs more bytes than an array can hold");
+  return static_cast<std::size_t>(bytes);
+}
+
 std::shared_ptr<void> aligned_buffer(std::size_t bytes) {
-  const std::size_t rounded = ((bytes + 63) / 64) * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded == 0 ? 64 : rounded);
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  if (bytes > PTRDIFF_MAX - 128) exhausted(bytes, "larger than any object");
+  const std::size_t rounded = bytes == 0 ? 64 : ((bytes + 63) / 64) * 64;
+  const std::size_t limit = memory_limit();
+  if (limit != 0 && rounded > limit)
+    exhausted(bytes,
+              ("more than this machine's " + std::to_string(limit >> 20) + " MiB of RAM and swap")
+                  .c_str());
+  // calloc: zero pages of large blocks come from the kernel untouched. Over-allocate by 64 to
+  // align by hand.
+  void* raw = std::calloc(1, rounded + 64);
+  if (!raw) exhausted(bytes, "out of memory");
+  const auto addr = reinterpret_cast<std::uintptr_t>(raw);
+  void* p = reinterpret_cast<void*>((addr + 63) & ~std::uintptr_t{63});
+  return std::shared_ptr<void>(p, [raw](void*) { std::free(raw); });
 }
 
 NDArray::NDArray(const Shape& shape, DType dtype) : shape_(shape), dtype_(dtype) {
   for (auto d : shape.dims())
     if (d < 0)
       throw ValueError("NDArray: shape " + shape.str() + " must have known, non-negative dims");
+  const std::size_t bytes = array_bytes(shape, dtype);
   size_ = shape.num_elements();
-  storage_ = aligned_buffer(nbytes());
+  try {
+    storage_ = aligned_buffer(bytes);
+  } catch (const ResourceExhaustedError& e) {
+    throw ResourceExhaustedError(std::string(e.what()) + " (NDArray of shape " + shape.str() +
+                                 ", " + std::string(dtype_name(dtype)) + ")");
+  }
   ptr_ = storage_.get();
 }
 
@@ -87,9 +142,9 @@ void NDArray::set_item(std::int64_t flat, double v) {
     if constexpr (std::is_same_v<T, bool>)
       static_cast<T*>(ptr_)[flat] = v != 0.0;
     else if constexpr (std::is_same_v<T, Half>)
-      static_cast<T*>(ptr_)[flat] = Half(static_cast<float>(v));
+      static_cast<T*>(ptr_)[flat] = Half(saturate_cast<float>(v));
     else
-      static_cast<T*>(ptr_)[flat] = static_cast<T>(v);
+      static_cast<T*>(ptr_)[flat] = saturate_cast<T>(v);
   });
 }
 

@@ -18,7 +18,8 @@ namespace ktape {
 class NDArray {
  public:
   NDArray() = default;
-  // A zero-filled array. Throws ValueError if the shape has unknown or negative dims.
+  // A zero-filled array. ValueError if the shape has unknown or negative dims or more bytes than
+  // an object can have; ResourceExhaustedError if the machine cannot give the memory.
   NDArray(const Shape& shape, DType dtype);
 
   // From values given as doubles, converted to `dtype`; values.size() must match the shape.
@@ -85,7 +86,14 @@ class NDArray {
   std::int64_t size_ = 0;
 };
 
-// Allocates `bytes` (rounded up to 64) aligned to 64 bytes; freed by the returned pointer.
+// Bytes of an array of `shape` and `dtype`; ValueError naming the shape (and `where`) when the
+// element count or the byte count does not fit (more than PTRDIFF_MAX bytes).
+std::size_t array_bytes(const Shape& shape, DType dtype, const char* where = "NDArray");
+
+// Allocates `bytes` (rounded up to 64), zero-filled and aligned to 64 bytes; freed by the
+// returned pointer. ResourceExhaustedError naming the bytes when the machine cannot give them:
+// a request above its RAM + swap is refused without trying (so an overcommitting kernel never
+// hands out memory that would be killed on first touch).
 std::shared_ptr<void> aligned_buffer(std::size_t bytes);
 
 }  // namespace ktape

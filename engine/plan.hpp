@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -53,6 +54,11 @@ struct Commit {
 };
 
 struct Plan {
+  Plan() = default;
+  ~Plan();  // in function.cpp, where FusedProgram is complete
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
   std::vector<Shape> sig;
   std::vector<Value> values;
   std::vector<Step> steps;
@@ -69,11 +75,18 @@ struct Plan {
   std::vector<std::vector<void**>> out_locs;
   std::unordered_map<Node*, NDArray> folded;  // constant subgraphs evaluated at compile
   std::vector<int> out_same;  // an earlier redirected output with the same value, else -1
+  // The storage locks of the variables a call reads (shared) or assigns (exclusive), in node-id
+  // order, held for the whole call.
+  std::vector<std::pair<std::shared_mutex*, bool>> var_locks;
+  // A plan runs one call at a time: concurrent calls of one Function take other plans of the
+  // same signature (FunctionImpl's pool). Guarded by the FunctionImpl's mutex.
+  bool busy = false;
 };
 
 // Function internals for nested execution (a Scan runs its body's plan once per step).
-// The plan for these input shapes, compiled on first use.
-Plan* function_plan(const Function& f, const std::vector<Shape>& shapes);
+// A new plan for these input shapes, owned by the caller (each enclosing plan owns the plans of
+// its loop bodies, so concurrent calls never share one).
+std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes);
 // Runs `p` on raw input pointers and copies each output into outs[i]. No allocation.
 void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs);
 

@@ -622,7 +622,7 @@ std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shap
                        " per step, but the step function was built for " + want.str());
   }
   l->fn = &b.function_for(backend, fuse, fold);
-  l->plan = function_plan(*l->fn, sig);
+  l->plan = function_compile(*l->fn, sig);
   const Plan& p = *l->plan;
   auto result_shape = [&](std::size_t r) {
     return p.values[static_cast<std::size_t>(p.outputs[r])].shape;
@@ -641,7 +641,9 @@ std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shap
     l->parts.push_back(sig[static_cast<std::size_t>(b.n_seq + k)]);
   for (const auto& s : l->parts) {
     l->offset.push_back(l->total);
-    l->total += s.num_elements();
+    if (__builtin_add_overflow(l->total, s.num_elements(), &l->total))
+      throw ValueError(who + ": the loop's outputs and states (" + s.str() +
+                       ", ...) have more elements than fit in a 64-bit count");
   }
   const std::size_t es = dtype_size(b.dtype);
   for (int i = 0; i < b.n_seq; ++i)
@@ -723,6 +725,7 @@ void run_scan_embed(const KernelCall& c) {
 
 void register_scan_ops() {
   op_def(Op::Scan) = {&scan_rule, &scan_grad, false, -1, false, -1};
+  op_def(Op::Scan).may_throw = true;  // its body may hold any op
   op_def(Op::ScanPart) = {&scan_part_rule, &scan_part_grad, true, -1, false, -1};
   op_def(Op::ScanEmbed) = {&scan_embed_rule, &scan_embed_grad, true, -1, false, -1};
 }

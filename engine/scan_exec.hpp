@@ -14,7 +14,7 @@ namespace ktape {
 struct ScanLayout {
   const ScanBody* body = nullptr;
   const Function* fn = nullptr;  // the body compiled for the enclosing Function's options
-  Plan* plan = nullptr;          // its plan for these shapes
+  std::unique_ptr<Plan> plan;    // its plan for these shapes, owned by this layout
   std::int64_t T = 0;
   std::vector<Shape> parts;          // outputs, stored carries, final carries
   std::vector<std::int64_t> offset;  // element offset of each part

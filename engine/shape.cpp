@@ -12,10 +12,15 @@ bool Shape::is_fully_defined() const {
 
 std::int64_t Shape::num_elements() const {
   std::int64_t n = 1;
+  bool overflow = false, empty = false;
   for (auto d : dims_) {
     if (d < 0) return None;
-    n *= d;
+    empty = empty || d == 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
+  if (empty) return 0;
+  if (overflow)
+    throw ValueError("shape " + str() + " has more elements than fit in a 64-bit count");
   return n;
 }
 

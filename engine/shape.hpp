@@ -9,6 +9,8 @@
 namespace ktape {
 
 inline constexpr std::int64_t None = -1;
+// The largest rank a tensor of the graph may have (kernels index with fixed-size arrays).
+inline constexpr int kMaxRank = 12;
 
 class Shape {
  public:
@@ -24,7 +26,8 @@ class Shape {
   auto begin() const { return dims_.begin(); }
   auto end() const { return dims_.end(); }
   bool is_fully_defined() const;
-  // Product of the dims; None if any dim is unknown. A scalar has one element.
+  // Product of the dims; None if any dim is unknown. A scalar has one element. ValueError
+  // naming the shape when the product does not fit in int64.
   std::int64_t num_elements() const;
   // "(None, 784)" like Python's tuple repr.
   std::string str() const;

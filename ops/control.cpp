@@ -15,25 +15,45 @@ std::mutex g_lp_mu;
 Tensor g_lp_placeholder;
 std::optional<int> g_lp_static;
 
-Tensor make_assign(const char* fn, const Tensor& x, const Tensor& new_x) {
+void check_variable(const char* fn, const Tensor& x) {
   if (!is_variable(x))
     throw TypeError(std::string(fn) + ": `x` must be a variable, got " +
                     std::string(op_name(x.op())) + " '" + x.name() + "'");
+}
+
+// Assign(variable, new value[, operand]) attrs: str = the K:: function's name. The new value
+// (and the increment of update_add / update_sub, the optional third input) must have the
+// variable's shape exactly. The rule runs when the update is built (None dims pass) and again
+// whenever a Function compiles for a new input-shape signature, where every dim is known: so a
+// value whose shape could not be proven at build time is checked before any call commits it.
+Shape assign_rule(const Node& n, const std::vector<Shape>& in) {
+  const Shape& vs = in[0];
+  for (std::size_t k = 1; k < in.size(); ++k) {
+    const Shape& ns = in[k];
+    bool ok = vs.ndim() == ns.ndim();
+    for (int i = 0; ok && i < vs.ndim(); ++i) ok = ns[i] < 0 || ns[i] == vs[i];
+    if (!ok)
+      throw ValueError(n.attrs.str + ": variable '" + n.inputs[0].name() + "' has shape " +
+                       vs.str() + " but the " + (k == 1 ? "new value" : "operand") + " has shape " +
+                       ns.str());
+  }
+  return vs;
+}
+
+// operand: update_add's increment / update_sub's decrement, held only for the shape check.
+Tensor make_assign(const char* fn, const Tensor& x, const Tensor& new_x,
+                   const Tensor& operand = Tensor()) {
+  check_variable(fn, x);
   if (!new_x.defined()) throw ValueError(std::string(fn) + ": the new value is a null tensor");
   if (new_x.dtype() != x.dtype())
     throw TypeError(std::string(fn) + ": variable '" + x.name() + "' is " + dtype(x) +
                     " but the new value is " + dtype(new_x));
-  const Shape& vs = x.shape();
-  const Shape& ns = new_x.shape();
-  bool ok = vs.ndim() == ns.ndim();
-  for (int i = 0; ok && i < vs.ndim(); ++i) ok = ns[i] < 0 || ns[i] == vs[i];
-  if (!ok)
-    throw ValueError(std::string(fn) + ": variable '" + x.name() + "' has shape " + vs.str() +
-                     " but the new value has shape " + ns.str());
-  return make_node(Op::Assign, {x, new_x}, {}, x.dtype(), x.name() + "/assign");
+  std::vector<Tensor> ins{x, new_x};
+  if (operand.defined()) ins.push_back(operand);
+  Attrs a;
+  a.str = fn;
+  return make_node(Op::Assign, std::move(ins), std::move(a), x.dtype(), x.name() + "/assign");
 }
-
-Shape assign_rule(const Node& n, const std::vector<Shape>&) { return n.inputs[0].shape(); }
 Shape group_rule(const Node&, const std::vector<Shape>& in) { return in[0]; }
 
 std::vector<Tensor> select_grad(const Node& n, const Tensor&, const Tensor& g) {
@@ -68,18 +88,20 @@ std::vector<Tensor> stop_gradient(const std::vector<Tensor>& xs) {
 
 Tensor update(const Tensor& x, const Tensor& new_x) { return make_assign("K::update", x, new_x); }
 Tensor update_add(const Tensor& x, const Tensor& increment) {
-  if (!is_variable(x)) return make_assign("K::update_add", x, x);  // throws the TypeError
-  return make_assign("K::update_add", x, x + increment);
+  check_variable("K::update_add", x);
+  if (!increment.defined()) throw ValueError("K::update_add: the increment is a null tensor");
+  return make_assign("K::update_add", x, x + increment, increment);
 }
 Tensor update_sub(const Tensor& x, const Tensor& decrement) {
-  if (!is_variable(x)) return make_assign("K::update_sub", x, x);
-  return make_assign("K::update_sub", x, x - decrement);
+  check_variable("K::update_sub", x);
+  if (!decrement.defined()) throw ValueError("K::update_sub: the decrement is a null tensor");
+  return make_assign("K::update_sub", x, x - decrement, decrement);
 }
 
 Tensor moving_average_update(const Tensor& x, const Tensor& value, double momentum,
                              const MovingAverageOptions& o) {
   const char* fn = "K::moving_average_update";
-  if (!is_variable(x)) return make_assign(fn, x, x);
+  check_variable(fn, x);
   ops::check_same_dtype(fn, x, value);
   const Tensor m = ops::scalar(momentum, x.dtype());
   const Tensor one_minus_m = ops::scalar(1.0 - momentum, x.dtype());

@@ -28,6 +28,11 @@ Tensor stop_gradient(const Tensor& x);
 std::vector<Tensor> stop_gradient(const std::vector<Tensor>& xs);
 
 // ---- updates: tensors to pass in K::function's `updates` (or to K::eval, which runs them) ----
+// `x` must be a variable (TypeError). The new value of update, and the increment / decrement
+// of update_add / update_sub, must have x's shape exactly, as TF's assign, assign_add and
+// assign_sub require (no broadcasting): ValueError naming the variable and both shapes, when
+// the update is built or, for dims unknown then, when a Function first runs with those shapes.
+// moving_average_update's `value` broadcasts against x, as TF's assign_moving_average.
 Tensor update(const Tensor& x, const Tensor& new_x);
 Tensor update_add(const Tensor& x, const Tensor& increment);
 Tensor update_sub(const Tensor& x, const Tensor& decrement);

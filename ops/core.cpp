@@ -204,7 +204,10 @@ Shape get_variable_shape(const Tensor& x) { return int_shape(x); }
 // ---- values ---------------------------------------------------------------------------------
 NDArray eval(const Tensor& x) { return evaluate(x); }
 NDArray get_value(const Tensor& x) {
-  if (is_variable(x)) return x.node().value.clone();
+  if (is_variable(x)) {
+    const VariableAccess read(x.node(), false);
+    return x.node().value.clone();
+  }
   return evaluate(x);
 }
 void set_value(const Tensor& x, const NDArray& value) {
@@ -216,12 +219,9 @@ void set_value(const Tensor& x, const NDArray& value) {
     throw ValueError("K::set_value: variable '" + x.name() + "' has shape " +
                      storage.shape().str() + ", the value has shape " +
                      (value.defined() ? value.shape().str() : std::string("(empty)")));
-  if (value.dtype() == storage.dtype()) {
-    std::memcpy(storage.raw_data(), value.raw_data(), value.nbytes());
-  } else {
-    const NDArray c = value.astype(storage.dtype());
-    std::memcpy(storage.raw_data(), c.raw_data(), c.nbytes());
-  }
+  const NDArray c = value.dtype() == storage.dtype() ? value : value.astype(storage.dtype());
+  const VariableAccess write(x.node(), true);
+  std::memcpy(storage.raw_data(), c.raw_data(), c.nbytes());
 }
 std::vector<NDArray> batch_get_value(const std::vector<Tensor>& xs) {
   std::vector<NDArray> r;
@@ -336,6 +336,7 @@ void register_core_ops() {
   op_def(Op::Identity) = {&same_as_input0, &backend::identity_grad, true, 0, false, 0};
   op_def(Op::StopGradient) = {&same_as_input0, nullptr, true, 0, false, 0};
   op_def(Op::PrintTensor) = {&same_as_input0, &backend::identity_grad, false, -1, false, 0};
+  op_def(Op::PrintTensor).may_throw = true;  // the print hook is user code
   op_def(Op::Cast) = {&same_as_input0, &backend::cast_grad, true, -1, false, 0};
   op_def(Op::FillLike) = {&same_as_input0, nullptr, true, -1, false, -1};
   op_def(Op::ShapeOf) = {&backend::shape_of_rule, nullptr, true, -1, false, -1};

@@ -212,6 +212,7 @@ void register_nn_ops() {
   op_def(Op::Softmax) = {&same_as_input0, &softmax_grad, true, -1, false, 0};
   op_def(Op::LogSoftmax) = {&same_as_input0, &log_softmax_grad, true, -1, false, 0};
   op_def(Op::SparseSoftmaxCE) = {&sparse_ce_rule, &sparse_ce_grad, true, -1, false, 1};
+  op_def(Op::SparseSoftmaxCE).may_throw = true;  // a target out of range
   op_def(Op::OneHot) = {&one_hot_rule, nullptr, true, -1, false, -1};
   op_def(Op::DropoutMask) = {&dropout_mask_rule, nullptr, false, -1, false, -1};
 }

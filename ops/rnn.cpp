@@ -76,6 +76,16 @@ RnnResult rnn(const StepFunction& step_function, const Tensor& inputs,
                        o.mask.shape().str());
     Tensor m = cast(o.mask, "bool");
     mask_tm = o.time_major ? m : transpose(m);
+    // (time, samples) against the inputs' (time, samples, ...); unknown dims are checked when
+    // a Function runs (the scan's sequences must have one length).
+    for (int d = 0; d < 2; ++d) {
+      const std::int64_t a = mask_tm.shape()[d], b = x_tm.shape()[d];
+      if (a >= 0 && b >= 0 && a != b)
+        throw ValueError(std::string("K::rnn: mask of shape ") + o.mask.shape().str() +
+                         " does not match inputs of shape " + inputs.shape().str() + " (" +
+                         (d == 0 ? "time" : "samples") + " dimension " + std::to_string(a) +
+                         " vs " + std::to_string(b) + (o.time_major ? "; time_major" : "") + ")");
+    }
   }
   const std::size_t n_states = initial_states.size();
   auto call_step = [&](const Tensor& x_t, const std::vector<Tensor>& states) {

@@ -38,7 +38,8 @@ struct RnnResult {
 };
 
 // Keras K.rnn. ValueError: inputs below 3-D, unroll with an unknown time dimension, a mask that
-// is not (samples, time), a step function returning the wrong number of states.
+// is not 2-D or whose (samples, time) differ from the inputs' (at build time where both are
+// known, else when a Function runs), a step function returning the wrong number of states.
 RnnResult rnn(const StepFunction& step_function, const Tensor& inputs,
               const std::vector<Tensor>& initial_states, const RnnOptions& options = {});
 

@@ -12,6 +12,7 @@
 
 #include "engine/dtype.hpp"
 #include "engine/kernel_abi.hpp"
+#include "engine/shape.hpp"
 
 namespace ktape::kernels {
 
@@ -63,7 +64,7 @@ inline void broadcast_strides(const ArrayRef& in, int rank, const std::int64_t* 
   }
 }
 
-inline constexpr int kMaxRank = 12;
+using ktape::kMaxRank;  // ranks above it are refused when a node is built
 
 // Product of every dim but the last: the row count of an array seen as a stack of rows.
 inline std::int64_t leading_rows(const ArrayRef& x) {

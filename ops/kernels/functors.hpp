@@ -14,16 +14,49 @@ namespace ktape::kernels {
 template <class T>
 using Compute = std::conditional_t<std::is_same_v<T, Half>, float, T>;
 
-struct NegF {
+// Integer arithmetic wraps around (two's complement), as TF's integer kernels do: it is computed
+// in an unsigned type at least as wide as int, where overflow is defined, and converted back
+// (modular since C++20). Floating-point types compute as usual.
+template <class C>
+inline constexpr bool kWraps = std::is_integral_v<C> && !std::is_same_v<C, bool>;
+template <class C>
+using WrapType =
+    std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+template <class C>
+C wrap_add(C a, C b) {
+  if constexpr (kWraps<C>)
+    return static_cast<C>(static_cast<WrapType<C>>(a) + static_cast<WrapType<C>>(b));
+  else
+    return static_cast<C>(a + b);
+}
+template <class C>
+C wrap_sub(C a, C b) {
+  if constexpr (kWraps<C>)
+    return static_cast<C>(static_cast<WrapType<C>>(a) - static_cast<WrapType<C>>(b));
+  else
+    return static_cast<C>(a - b);
+}
+template <class C>
+C wrap_mul(C a, C b) {
+  if constexpr (kWraps<C>)
+    return static_cast<C>(static_cast<WrapType<C>>(a) * static_cast<WrapType<C>>(b));
+  else
+    return static_cast<C>(a * b);
+}
+
+struct NegF {  // -INT_MIN is INT_MIN
   template <class C>
   C operator()(C x) const {
-    return static_cast<C>(-x);
+    if constexpr (kWraps<C>)
+      return wrap_sub(C(0), x);
+    else
+      return static_cast<C>(-x);
   }
 };
 struct SquareF {
   template <class C>
   C operator()(C x) const {
-    return static_cast<C>(x * x);
+    return wrap_mul(x, x);
   }
 };
 struct SqrtF {
@@ -44,13 +77,13 @@ struct LogF {
     return std::log(x);
   }
 };
-struct AbsF {
+struct AbsF {  // |INT_MIN| is INT_MIN, as tf.abs
   template <class C>
   C operator()(C x) const {
     if constexpr (std::is_unsigned_v<C>)
       return x;
     else
-      return x < 0 ? static_cast<C>(-x) : x;
+      return x < 0 ? NegF{}(x) : x;
   }
 };
 struct SignF {
@@ -116,19 +149,19 @@ struct ReluGradF {
 struct AddF {
   template <class C>
   C operator()(C a, C b) const {
-    return static_cast<C>(a + b);
+    return wrap_add(a, b);
   }
 };
 struct SubF {
   template <class C>
   C operator()(C a, C b) const {
-    return static_cast<C>(a - b);
+    return wrap_sub(a, b);
   }
 };
 struct MulF {
   template <class C>
   C operator()(C a, C b) const {
-    return static_cast<C>(a * b);
+    return wrap_mul(a, b);
   }
 };
 struct DivF {

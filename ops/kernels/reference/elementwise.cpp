@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/backend.hpp"
+#include "engine/saturate.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
@@ -50,7 +51,7 @@ void clip_kernel(const KernelCall& c) {
   unary<T>(c, [lo, hi](auto x) {
     using C = decltype(x);
     const double v = static_cast<double>(x);
-    return static_cast<C>(v < lo ? lo : (v > hi ? hi : v));
+    return saturate_cast<C>(v < lo ? lo : (v > hi ? hi : v));
   });
 }
 template <class T>
@@ -105,8 +106,7 @@ void add_n_kernel(const KernelCall& c) {
   T* out = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) {
     Compute<T> s = static_cast<Compute<T>>(ptr<T>(c.in[0])[i]);
-    for (int k = 1; k < c.n_in; ++k)
-      s = static_cast<Compute<T>>(s + static_cast<Compute<T>>(ptr<T>(c.in[k])[i]));
+    for (int k = 1; k < c.n_in; ++k) s = wrap_add(s, static_cast<Compute<T>>(ptr<T>(c.in[k])[i]));
     out[i] = static_cast<T>(s);
   }
 }
@@ -126,16 +126,16 @@ void cast_kernel(const KernelCall& c) {
       if constexpr (std::is_same_v<TO, bool>)
         y[i] = static_cast<Compute<TI>>(x[i]) != Compute<TI>(0);
       else if constexpr (std::is_same_v<TO, Half>)
-        y[i] = Half(static_cast<float>(static_cast<Compute<TI>>(x[i])));
+        y[i] = Half(saturate_cast<float>(static_cast<Compute<TI>>(x[i])));
       else
-        y[i] = static_cast<TO>(static_cast<Compute<TI>>(x[i]));
+        y[i] = saturate_cast<TO>(static_cast<Compute<TI>>(x[i]));
     }
   });
 }
 
 template <class T>
 void fill_like_kernel(const KernelCall& c) {
-  const T v = static_cast<T>(static_cast<Compute<T>>(c.attrs->floats[0]));
+  const T v = static_cast<T>(saturate_cast<Compute<T>>(c.attrs->floats[0]));
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = v;
 }

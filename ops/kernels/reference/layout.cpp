@@ -29,7 +29,7 @@ void matmul_kernel(const KernelCall& c) {
       for (std::int64_t p = 0; p < k; ++p) {
         const C av = static_cast<C>(ta ? pa[p * m + i] : pa[i * k + p]);
         const C bv = static_cast<C>(tb ? pb[j * k + p] : pb[p * n + j]);
-        s += av * bv;
+        s = wrap_add(s, wrap_mul(av, bv));
       }
       y[i * n + j] = static_cast<T>(s);
     }

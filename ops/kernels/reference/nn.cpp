@@ -9,6 +9,7 @@
 #include "engine/backend.hpp"
 #include "engine/errors.hpp"
 #include "engine/random.hpp"
+#include "engine/saturate.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
 #include "ops/kernels/reference/reference.hpp"
@@ -18,7 +19,11 @@ namespace ktape::kernels {
 std::int64_t read_index(const ArrayRef& a, std::int64_t i) {
   return visit_dtype(a.dtype, [&](auto t) -> std::int64_t {
     using T = decltype(t);
-    return static_cast<std::int64_t>(static_cast<Compute<T>>(ptr<T>(a)[i]));
+    // Float indices saturate and NaN reads as -1 (outside every range): never UB.
+    const auto v = static_cast<Compute<T>>(ptr<T>(a)[i]);
+    if constexpr (std::is_floating_point_v<decltype(v)>)
+      if (std::isnan(v)) return std::int64_t{-1};  // out of every range: an error or a zero row
+    return saturate_cast<std::int64_t>(v);
   });
 }
 

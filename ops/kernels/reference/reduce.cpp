@@ -53,7 +53,7 @@ void reduce_kernel(const KernelCall& c) {
   if constexpr (Mode == 0 || Mode == 1) {
     for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = static_cast<T>(C(0));
     w.each(in.size, [&](std::int64_t i, std::int64_t o) {
-      y[o] = static_cast<T>(static_cast<C>(static_cast<C>(y[o]) + static_cast<C>(x[i])));
+      y[o] = static_cast<T>(wrap_add(static_cast<C>(y[o]), static_cast<C>(x[i])));
     });
     if constexpr (Mode == 1) {
       const C n = static_cast<C>(
@@ -118,7 +118,7 @@ void sum_to_like_kernel(const KernelCall& c) {
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
   std::int64_t o = 0;
   for (std::int64_t i = 0; i < g.size; ++i) {
-    y[o] = static_cast<T>(static_cast<Compute<T>>(y[o]) + static_cast<Compute<T>>(pg[i]));
+    y[o] = static_cast<T>(wrap_add(static_cast<Compute<T>>(y[o]), static_cast<Compute<T>>(pg[i])));
     for (int d = r - 1; d >= 0; --d) {
       ++idx[d];
       o += so[d];
