@@ -319,3 +319,39 @@ TEST(IntegerValues, NDArrayFromDoublesSaturates) {
   EXPECT_NE(error_of<ktape::ValueError>([&] { K::eval(K::sparse_categorical_crossentropy(t, o)); }),
             "");
 }
+
+// ---- ranks and failed calls ---------------------------------------------------------------------
+
+TEST(Ranks, AboveTheMaximumRankIsAValueError) {
+  K::clear_session();
+  std::vector<std::int64_t> dims(ktape::kMaxRank + 1, 1);
+  const std::string m = error_of<ktape::ValueError>([&] { K::placeholder(Shape(dims)); });
+  EXPECT_HAS(m, "rank 13");
+  EXPECT_HAS(m, "up to 12");
+  EXPECT_NE(error_of<ktape::ValueError>([&] { K::variable(NDArray(Shape(dims), DType::float32)); }),
+            "");
+  dims.pop_back();
+  auto x = K::placeholder(Shape(dims));
+  EXPECT_HAS(error_of<ktape::ValueError>([&] { K::expand_dims(x); }), "rank 13");
+  auto f = K::function({x}, {K::sum(x * 2.0)});  // rank 12 works
+  EXPECT_EQ(f({NDArray::full(Shape(dims), 1.5)})[0].item(), 3.0);
+}
+
+TEST_P(Backends, ACallThatFailsLeavesEveryVariableAsItWas) {
+  // V's update is an elementwise pass that runs before the loss kernel, which throws on a label
+  // out of range: V must not have been written in place.
+  auto V = K::variable(NDArray::from_values({1, 2}, Shape{2}), {.name = "V"});
+  auto t = K::placeholder({K::None}, {.dtype = "int32"});
+  auto z = K::placeholder({K::None, 3});
+  auto new_v = V + 1.0;
+  auto loss = K::mean(K::sparse_categorical_crossentropy(t, K::softmax(z)));
+  auto f = K::function({t, z}, {loss}, {K::update(V, new_v)}, opts());
+  const NDArray logits = NDArray::full({2, 3}, 0.5);
+  EXPECT_HAS(error_of<ktape::ValueError>([&] {
+               f({NDArray::from_vector<std::int32_t>({0, 3}, Shape{2}), logits});
+             }),
+             "out of range");
+  EXPECT_EQ(K::get_value(V).to_vector(), (std::vector<double>{1, 2}));
+  f({NDArray::from_vector<std::int32_t>({0, 2}, Shape{2}), logits});
+  EXPECT_EQ(K::get_value(V).to_vector(), (std::vector<double>{2, 3}));
+}
