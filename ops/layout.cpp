@@ -85,8 +85,9 @@ Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
     if (s[i] == kCopyDim0) s[i] = x[0];
     if (s[i] == -1 && n.attrs.ints[i] == -1)
       infer = static_cast<int>(i);
-    else if (s[i] >= 0)
-      known *= s[i];
+    else if (s[i] >= 0 && __builtin_mul_overflow(known, s[i], &known))
+      throw ValueError("K::reshape: target shape " + Shape(n.attrs.ints).str() +
+                       " has more elements than fit in a 64-bit count");
   }
   const std::int64_t total = x.num_elements();
   bool unknown_target = false;
@@ -110,19 +111,13 @@ Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
     std::int64_t rest = 1;
     bool rest_known = x.ndim() >= 1;
     for (int d = 1; d < x.ndim(); ++d) {
-      if (x[d] < 0)
-        rest_known = false;
-      else
-        rest *= x[d];
+      if (x[d] < 0 || __builtin_mul_overflow(rest, x[d], &rest)) rest_known = false;
     }
     std::int64_t others = 1;
     bool others_known = true;
     for (std::size_t i = 0; i < s.size(); ++i) {
       if (static_cast<int>(i) == infer || n.attrs.ints[i] == kCopyDim0) continue;
-      if (s[i] < 0)
-        others_known = false;
-      else
-        others *= s[i];
+      if (s[i] < 0 || __builtin_mul_overflow(others, s[i], &others)) others_known = false;
     }
     if (copies_dim0 && rest_known && others_known && others > 0 && rest % others == 0)
       s[static_cast<std::size_t>(infer)] = rest / others;
@@ -179,7 +174,10 @@ Shape concat_rule(const Node& n, const std::vector<Shape>& in) {
     for (int d = 0; d < in[0].ndim(); ++d) {
       auto& sd = s[static_cast<std::size_t>(d)];
       if (d == axis) {
-        sd = (sd < 0 || in[k][d] < 0) ? None : sd + in[k][d];
+        if (sd >= 0 && in[k][d] >= 0 && __builtin_add_overflow(sd, in[k][d], &sd))
+          throw ValueError("K::concatenate: the concatenated axis of " + in[0].str() + ", " +
+                           in[k].str() + ", ... has more than 2^63 - 1 elements");
+        if (in[k][d] < 0) sd = None;
       } else if (sd >= 0 && in[k][d] >= 0 && sd != in[k][d]) {
         throw ValueError("K::concatenate: shapes " + in[0].str() + " and " + in[k].str() +
                          " differ on axis " + std::to_string(d) + " (concatenation axis " +
@@ -215,8 +213,7 @@ Shape slice_rule(const Node& n, const std::vector<Shape>& in) {
     const std::int64_t st = n.attrs.ints[static_cast<std::size_t>(a)];
     const std::int64_t sz = n.attrs.ints[static_cast<std::size_t>(r + a)];
     const std::int64_t dim = x[a];
-    if (st < 0 || sz < -1 || (dim >= 0 && st + std::max<std::int64_t>(sz, 0) > dim) ||
-        (dim >= 0 && st > dim))
+    if (st < 0 || sz < -1 || (dim >= 0 && (st > dim || sz > dim - st)))
       throw ValueError("K::slice: start " + std::to_string(st) + " and size " + std::to_string(sz) +
                        " on axis " + std::to_string(a) + " leave a tensor of shape " + x.str());
     d[static_cast<std::size_t>(a)] = sz >= 0 ? sz : (dim >= 0 ? dim - st : -1);
