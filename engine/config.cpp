@@ -16,7 +16,7 @@
 #include <string_view>
 
 #include "engine/errors.hpp"
-#include "spdlog/spdlog.h"
+#include "engine/log.hpp"
 
 namespace ktape::config {
 namespace {
@@ -97,7 +97,7 @@ void write_new_file_atomically(const std::string& path, const std::string& conte
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    spdlog::debug("keras.json ({}): could not create a temporary file; not written", path);
+    log_debug("keras.json (" + path + "): could not create a temporary file; not written");
     return;
   }
   bool ok = true;
@@ -121,7 +121,7 @@ void write_new_file_atomically(const std::string& path, const std::string& conte
       }
     }
   }
-  if (!ok) spdlog::debug("keras.json ({}): could not write the default configuration", path);
+  if (!ok) log_debug("keras.json (" + path + "): could not write the default configuration");
   ::unlink(tmp.c_str());  // harmless if it was renamed away
 }
 
@@ -147,15 +147,13 @@ void read_config_file(const std::string& path, State& s) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    spdlog::warn("keras.json ({}): malformed JSON ({}); using the default configuration", path,
-                 e.what());
+    log_warn("keras.json (" + path + "): malformed JSON (" + e.what() +
+             "); using the default configuration");
     return;
   }
   if (!j.is_object()) {
-    spdlog::warn(
-        "keras.json ({}): top-level value is not a JSON object; using the default "
-        "configuration",
-        path);
+    log_warn("keras.json (" + path +
+             "): top-level value is not a JSON object; using the default configuration");
     return;
   }
 

@@ -18,6 +18,7 @@ std::shared_ptr<spdlog::logger> logger() {
 }
 }  // namespace
 
+void log_debug(const std::string& msg) { logger()->debug(msg); }
 void log_info(const std::string& msg) { logger()->info(msg); }
 void log_warn(const std::string& msg) { logger()->warn("Warning: " + msg); }
 

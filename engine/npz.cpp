@@ -16,6 +16,9 @@
 #include <memory>
 #include <set>
 
+#include "engine/atomic_file.hpp"
+#include "engine/errors.hpp"
+
 namespace ktape {
 namespace {
 
@@ -619,48 +622,7 @@ class ZipReader {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Writing: a temp file next to the target, synced and renamed over it on commit.
-
-class AtomicWriter {
- public:
-  explicit AtomicWriter(const std::string& path)
-      : path_(path), tmp_(path + ".tmp-" + std::to_string(::getpid())) {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_)
-      throw IOError("cannot write " + path_ + ": cannot create " + tmp_ + ": " + errno_text());
-  }
-  ~AtomicWriter() {
-    if (f_) std::fclose(f_);
-    if (!committed_) std::remove(tmp_.c_str());
-  }
-  AtomicWriter(const AtomicWriter&) = delete;
-  AtomicWriter& operator=(const AtomicWriter&) = delete;
-
-  std::uint64_t offset() const { return offset_; }
-  void write(const void* data, std::size_t n) {
-    if (n > 0 && std::fwrite(data, 1, n, f_) != n)
-      throw IOError("cannot write " + path_ + ": " + errno_text());
-    offset_ += n;
-  }
-  void write(const std::string& s) { write(s.data(), s.size()); }
-
-  void commit() {
-    if (std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
-      throw IOError("cannot write " + path_ + ": " + errno_text());
-    const int rc = std::fclose(f_);
-    f_ = nullptr;
-    if (rc != 0) throw IOError("cannot write " + path_ + ": " + errno_text());
-    if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-      throw IOError("cannot write " + path_ + ": rename from " + tmp_ + " failed: " + errno_text());
-    committed_ = true;
-  }
-
- private:
-  std::string path_, tmp_;
-  std::FILE* f_ = nullptr;
-  std::uint64_t offset_ = 0;
-  bool committed_ = false;
-};
+// Writing: through an AtomicFile (engine/atomic_file.hpp).
 
 // The array's bytes in little-endian order (a swapped copy only on big-endian machines).
 struct LittleEndianBytes {
@@ -699,7 +661,7 @@ void save_npz(const std::string& path, const NamedArrays& arrays) {
     throw ValueError("save_npz(" + path + "): " + std::to_string(arrays.size()) +
                      " arrays; at most 65534 are supported (no ZIP64)");
 
-  AtomicWriter out(path);
+  AtomicFile out(path);
   std::string central;
   for (const auto& [name, a] : arrays) {
     const std::string entry = name + ".npy";
@@ -807,7 +769,7 @@ void load_npz_into(const std::string& path,
 
 void save_npy(const std::string& path, const NDArray& array) {
   check_array("save_npy(" + path + "): the array", array);
-  AtomicWriter out(path);
+  AtomicFile out(path);
   out.write(npy_preamble(array.shape(), array.dtype()));
   const LittleEndianBytes bytes(array);
   out.write(bytes.data, bytes.size);

@@ -2,7 +2,7 @@
 # Installs, with apt-get, whatever ktape needs that this Debian 12 machine lacks.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
-      libbenchmark-dev zlib1g-dev dataset-fashion-mnist)
+      libbenchmark-dev zlib1g-dev libcli11-dev dataset-fashion-mnist)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -178,6 +178,21 @@ TEST_F(ConfigTest, MalformedJsonUsesDefaultsAndKeepsFile) {
   }
 }
 
+TEST_F(ConfigTest, MalformedJsonWarningGoesToStderrOnly) {
+  // Every log line belongs on stderr: stdout is the program's output.
+  for (const std::string& content : {std::string("{\"floatx\": "), std::string("[1]")}) {
+    write_bytes(path_, content);
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    cfg::reload();
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(out, "") << content;
+    EXPECT_TRUE(contains(err, "keras.json")) << err;
+    EXPECT_TRUE(contains(err, "using the default configuration")) << err;
+  }
+}
+
 TEST_F(ConfigTest, InvalidFloatxThrows) {
   expect_invalid(R"({"floatx": "float128"})", "floatx", "\"float128\"");
   expect_invalid(R"({"floatx": 32})", "floatx", "32");

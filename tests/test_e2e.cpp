@@ -177,7 +177,7 @@ TEST_F(CheckpointTest, EntriesAreKerasNamed) {
        {"dense_1/kernel:0", "dense_1/bias:0", "dense_3/kernel:0", "optimizer/iterations:0",
         "optimizer/dense_1/kernel/m:0", "optimizer/dense_3/bias/v:0", "optimizer/lr:0",
         "training/epochs_done", "training/shuffle_rng", "training/dropout_counters",
-        "training/history.csv", "training/optimizer"})
+        "training/history.csv", "training/optimizer", "training/dropout"})
     EXPECT_NE(std::find(names.begin(), names.end(), want), names.end()) << want;
 }
 
@@ -219,7 +219,16 @@ TEST_F(CheckpointTest, BadCheckpointsAreRefused) {
                  "shape (784, 64) float32");
   Mlp no_dropout({.dropout = 0.0, .optimizer = "adam", .seed = 5});
   no_dropout.save_checkpoint(path("nodrop.npz"));
-  expect_refused(path("nodrop.npz"), "'training/dropout_counters'");
+  expect_refused(path("nodrop.npz"), "written with --dropout 0, this run uses --dropout 0.2");
+  Mlp other_rate({.dropout = 0.3, .optimizer = "adam", .seed = 5});
+  other_rate.save_checkpoint(path("rate.npz"));
+  expect_refused(path("rate.npz"), "written with --dropout 0.3, this run uses --dropout 0.2");
+  {  // a checkpoint without its rate (an older fashion_mlp wrote none)
+    auto arrays = ktape::load_npz(path("rate.npz"));
+    std::erase_if(arrays, [](const auto& e) { return e.first == "training/dropout"; });
+    ktape::save_npz(path("old.npz"), arrays);
+  }
+  expect_refused(path("old.npz"), "does not record its dropout rate");
 
   // A truncated copy of a good checkpoint: an IOError, never a crash.
   Mlp good(cfg);

@@ -255,6 +255,28 @@ TEST_F(FashionMnistTest, TruncatedData) {
   EXPECT_THROW(data::read_idx_labels(empty), IOError);
 }
 
+TEST_F(FashionMnistTest, CorruptHeaderNeverAllocatesWhatItClaims) {
+  // A header claiming 65536 x 65536 pixels per image (4 GiB each) over a few bytes of data must
+  // be a clear IOError, not std::bad_alloc; likewise a count of 2^32 - 1 labels, and dims whose
+  // product overflows.
+  const auto img = write_gz("huge.gz", image_file(60000, 65536, 65536, {1, 2, 3}));
+  const std::string msg = error_message([&] { data::read_idx_images(img); });
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("65536x65536"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("found 3"), std::string::npos) << msg;
+  const auto plain = write_plain("huge", image_file(1, 65536, 65536, {}));
+  EXPECT_NE(error_message([&] { data::read_idx_images(plain); }).find("found 0"),
+            std::string::npos);
+  const auto lbl = write_plain("lbl", label_file(0xFFFFFFFFu, {1, 2}));
+  EXPECT_NE(error_message([&] { data::read_idx_labels(lbl); }).find("found 2"), std::string::npos);
+  const auto over = write_plain("over", image_file(0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, {}));
+  EXPECT_NE(error_message([&] { data::read_idx_images(over); }).find("implausible header"),
+            std::string::npos);
+  const auto zero = write_plain("zero", image_file(3, 0, 28, {}));
+  EXPECT_NE(error_message([&] { data::read_idx_images(zero); }).find("implausible header"),
+            std::string::npos);
+}
+
 TEST_F(FashionMnistTest, TruncatedGzipStream) {
   // A valid gzip file cut in the middle of its compressed stream.
   Bytes pixels(4000);

@@ -28,6 +28,7 @@
 // byte-identical to what np.save writes for the same array (see also NpyHeaderMatchesNumpy).
 // The truncation and corruption tests were also run once under -fsanitize=address,undefined.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -42,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/atomic_file.hpp"
 #include "engine/errors.hpp"
 #include "engine/npz.hpp"
 
@@ -637,6 +639,27 @@ TEST_F(NpzTest, SaveRejectsBadNamesAndUnwritablePaths) {
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++files;
   EXPECT_EQ(files, 1u);
+}
+
+TEST_F(NpzTest, StaleTempFilesOfDeadProcessesAreRemoved) {
+  // A process killed while writing ck.npz leaves ck.npz.tmp-<pid>; the next save removes it,
+  // but never the file of a live process (pid 1) or an unrelated name.
+  const auto p = path("ck.npz");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // reaped: its pid names no process now
+  const std::string dead = p + ".tmp-" + std::to_string(child);
+  const std::string live = p + ".tmp-1";
+  const std::string other = path("other.npz.tmp-" + std::to_string(child));
+  for (const auto& f : {dead, live, other}) write(fs::path(f).filename().string(), Bytes(2800, 'x'));
+  ktape::save_npz(p, {{"a", NDArray::scalar(1)}});
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other));
+  EXPECT_EQ(ktape::remove_stale_temp_files(path("other.npz")), 1);
+  EXPECT_FALSE(fs::exists(other));
+  EXPECT_EQ(ktape::load_npz(p)[0].first, "a");
 }
 
 TEST_F(NpzTest, LoadIntoChecksEverythingFirst) {

@@ -86,14 +86,24 @@ class GzFile {
     return e.empty() ? "" : " (zlib: " + e + ")";
   }
 
-  // Reads exactly `n` payload bytes of `what` in one pass, or throws IOError saying how many
-  // were found.
+  // Reads exactly `n` payload bytes of `what`, or throws IOError saying how many were found.
+  // The buffer grows with the data actually read (a chunk at a time), never with what the
+  // header claims: a corrupt header cannot make it allocate more than the file holds.
   std::vector<unsigned char> read_payload(std::size_t n, const std::string& what) {
-    std::vector<unsigned char> buf(n);
-    const std::size_t got = read(buf.data(), n);
+    constexpr std::size_t kChunk = std::size_t{1} << 22;
+    std::vector<unsigned char> buf;
+    std::size_t got = 0;
+    while (got < n) {
+      const std::size_t want = std::min(kChunk, n - got);
+      buf.resize(got + want);
+      const std::size_t r = read(buf.data() + got, want);
+      got += r;
+      if (r < want) break;
+    }
     if (got != n)
       throw IOError("IDX file " + path_ + " is truncated: expected " + std::to_string(n) +
-                    " bytes of " + what + ", found " + std::to_string(got) + suffix());
+                    " bytes of " + what + " (as its header says), found " + std::to_string(got) +
+                    suffix());
     return buf;
   }
 
@@ -122,11 +132,12 @@ NDArray read_images(const std::string& path, std::int64_t limit, std::int64_t* t
   const std::int64_t cols = f.read_u32("cols");
   if (total) *total = n;
   const std::int64_t count = clamp_count(n, limit);
-  const std::int64_t pixels = rows * cols;
-  if (pixels != 0 && count > INT64_MAX / pixels)
+  std::int64_t pixels = 0, total_bytes = 0;
+  if (rows == 0 || cols == 0 || __builtin_mul_overflow(rows, cols, &pixels) ||
+      __builtin_mul_overflow(count, pixels, &total_bytes))
     throw IOError("IDX file " + path + " has an implausible header: " + std::to_string(count) +
                   " images of " + std::to_string(rows) + "x" + std::to_string(cols));
-  const auto bytes = f.read_payload(static_cast<std::size_t>(count * pixels),
+  const auto bytes = f.read_payload(static_cast<std::size_t>(total_bytes),
                                     "pixel data for " + std::to_string(count) + " images of " +
                                         std::to_string(rows) + "x" + std::to_string(cols));
   NDArray out(Shape{count, pixels}, DType::float32);

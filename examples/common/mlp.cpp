@@ -112,6 +112,13 @@ NDArray int64_scalar(std::uint64_t bits) {
   return a;
 }
 
+// A rate as the user typed it: 0.2, not 0.200000.
+std::string fmt_number(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& path) : path_(path), arrays_(load_npz(path)) {}
@@ -141,6 +148,13 @@ class CheckpointReader {
     std::uint64_t v = 0;
     std::memcpy(&v, a.raw_data(), sizeof v);
     return v;
+  }
+  double float64(const std::string& name) const {
+    const NDArray& a = get(name);
+    if (a.dtype() != DType::float64 || a.ndim() != 0)
+      fail("entry '" + name + "' should be a float64 scalar, found " + a.shape().str() + " " +
+           std::string(dtype_name(a.dtype())));
+    return a.item();
   }
   [[noreturn]] void fail(const std::string& what) const {
     throw ValueError("checkpoint " + path_ + ": " + what);
@@ -284,6 +298,7 @@ void Mlp::save_checkpoint(const std::string& path) const {
   a.emplace_back("training/optimizer", text_array(cfg_.optimizer));
   a.emplace_back("training/optimizer_config", text_array(O::serialize(*opt_).dump()));
   a.emplace_back("training/seed", int64_scalar(cfg_.seed));
+  a.emplace_back("training/dropout", NDArray::scalar(cfg_.dropout, DType::float64));
   a.emplace_back("training/epochs_done", int64_scalar(static_cast<std::uint64_t>(epochs_done_)));
   std::ostringstream rng;
   rng << shuffle_rng_;
@@ -310,6 +325,13 @@ void Mlp::load_checkpoint(const std::string& path) {
   if (seed != cfg_.seed)
     ck.fail("it was written with --seed " + std::to_string(seed) + ", this run uses --seed " +
             std::to_string(cfg_.seed) + " (resume with the same seed)");
+  if (!ck.find("training/dropout"))
+    ck.fail("it does not record its dropout rate (written by an older fashion_mlp), so --dropout " +
+            fmt_number(cfg_.dropout) + " cannot be checked against it");
+  const double dropout = ck.float64("training/dropout");
+  if (dropout != cfg_.dropout)
+    ck.fail("it was written with --dropout " + fmt_number(dropout) + ", this run uses --dropout " +
+            fmt_number(cfg_.dropout) + " (resume with the same dropout)");
   const std::uint64_t epochs = ck.int64("training/epochs_done");
   train::History history;
   try {

@@ -102,6 +102,7 @@ class Mlp {
   //   training/optimizer                the MlpConfig::optimizer name (uint8 text)
   //   training/optimizer_config         Keras's serialized optimizer JSON (uint8 text)
   //   training/seed                     MlpConfig::seed (int64)
+  //   training/dropout                  MlpConfig::dropout (float64)
   //   training/epochs_done              (int64)
   //   training/shuffle_rng              the shuffle generator's state (uint8 text, std::ostream
   //                                     form of std::mt19937_64)
@@ -112,8 +113,9 @@ class Mlp {
   // run that wrote the file would have (bit-identical losses). The learning rate comes from the
   // checkpoint unless MlpConfig::lr is set, which then wins. Nothing is changed if the file is
   // not a checkpoint of this model: IOError if it is not a readable .npz file, ValueError if it
-  // is not an MLP checkpoint, was written with another optimizer or seed, or has weights or
-  // optimizer slots of other shapes or dtypes (naming the entry).
+  // is not an MLP checkpoint, was written with another optimizer, seed or dropout rate (or
+  // records no rate), or has weights or optimizer slots of other shapes or dtypes (naming the
+  // entry).
   void load_checkpoint(const std::string& path);
 
  private:

@@ -36,10 +36,6 @@ constexpr const char* kUsage =
     "  --plot       write the loss/accuracy curves as an SVG image\n"
     "The validation (val_) metrics are those of the test set.\n";
 
-[[noreturn]] void usage(const std::string& msg) {
-  ktape::train::usage_error("fashion_mlp", kUsage, msg);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,30 +44,27 @@ int main(int argc, char** argv) {
   std::string data_dir = ktape::data::default_fashion_mnist_dir();
   std::string save_path, load_path, history_path, plot_path;
   ktape::examples::MlpConfig cfg;
-  auto text = [](std::string& dst) { return [&dst](const std::string& v) { dst = v; }; };
-  ktape::train::parse_flags(
-      argc, argv, "fashion_mlp", kUsage,
-      {{"--epochs", [&](const std::string& v) { epochs = std::stoi(v); }},
-       {"--batch-size", [&](const std::string& v) { cfg.batch_size = std::stoi(v); }},
-       {"--lr", [&](const std::string& v) { cfg.lr = std::stod(v); }},
-       {"--dropout", [&](const std::string& v) { cfg.dropout = std::stod(v); }},
-       {"--optimizer", text(cfg.optimizer)},
-       {"--seed", [&](const std::string& v) { cfg.seed = std::stoull(v); }},
-       {"--limit", [&](const std::string& v) { limit = std::stoll(v); }},
-       {"--data-dir", text(data_dir)},
-       {"--save", text(save_path)},
-       {"--load", text(load_path)},
-       {"--history", text(history_path)},
-       {"--plot", text(plot_path)}});
-  const auto& names = ktape::examples::optimizer_names();
-  if (std::find(names.begin(), names.end(), cfg.optimizer) == names.end())
-    usage("unknown optimizer '" + cfg.optimizer + "'");
-  if (epochs < 0 || cfg.batch_size <= 0 || (cfg.lr && !(*cfg.lr > 0)) || limit == 0 || limit < -1 ||
-      !(cfg.dropout >= 0 && cfg.dropout < 1))
-    usage("need epochs >= 0, batch-size > 0, lr > 0, limit > 0, 0 <= dropout < 1");
+  ktape::train::FlagParser flags("fashion_mlp", kUsage);
+  flags.integer("--epochs", epochs, 0);
+  flags.integer("--batch-size", cfg.batch_size, 1);
+  flags.number("--lr", cfg.lr, {.min = 0, .min_inclusive = false});
+  flags.number("--dropout", cfg.dropout, {.min = 0, .max = 1, .max_inclusive = false});
+  flags.text("--optimizer", cfg.optimizer, ktape::examples::optimizer_names());
+  flags.integer("--seed", cfg.seed);
+  flags.integer("--limit", limit, 1);
+  flags.text("--data-dir", data_dir);
+  flags.text("--save", save_path);
+  flags.text("--load", load_path);
+  flags.text("--history", history_path);
+  flags.text("--plot", plot_path);
+  flags.parse(argc, argv);
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
+    // Output paths fail now, not after the first epoch has trained.
+    if (!save_path.empty()) T::check_writable("--save", save_path);
+    if (!history_path.empty()) T::check_writable("--history", history_path);
+    if (!plot_path.empty()) T::check_writable("--plot", plot_path);
     K::set_random_seed(cfg.seed);
     const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
     const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);
@@ -122,8 +115,11 @@ int main(int argc, char** argv) {
     }
     if (!trained) val_acc = mlp.evaluate(test).acc;
     std::printf("Final test accuracy: %.4f\n", val_acc);
-  } catch (const ktape::Error& e) {
-    std::fprintf(stderr, "fashion_mlp: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fashion_mlp: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mlp: error: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -29,10 +29,6 @@ constexpr const char* kUsage =
     "  --limit      use only the first N training and N test samples\n"
     "The validation (val_) metrics are those of the test set.\n";
 
-[[noreturn]] void usage(const std::string& msg) {
-  ktape::train::usage_error("fashion_rnn", kUsage, msg);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -40,24 +36,20 @@ int main(int argc, char** argv) {
   std::int64_t limit = -1;
   std::string data_dir = ktape::data::default_fashion_mnist_dir();
   ktape::examples::RnnConfig cfg;
-  auto text = [](std::string& dst) { return [&dst](const std::string& v) { dst = v; }; };
-  ktape::train::parse_flags(
-      argc, argv, "fashion_rnn", kUsage,
-      {{"--epochs", [&](const std::string& v) { epochs = std::stoi(v); }},
-       {"--batch-size", [&](const std::string& v) { cfg.batch_size = std::stoi(v); }},
-       {"--lr", [&](const std::string& v) { cfg.lr = std::stod(v); }},
-       {"--clipnorm", [&](const std::string& v) { cfg.clipnorm = std::stod(v); }},
-       {"--optimizer", text(cfg.optimizer)},
-       {"--cell", text(cfg.cell)},
-       {"--hidden", [&](const std::string& v) { cfg.hidden = std::stoi(v); }},
-       {"--unroll", [&](const std::string&) { cfg.unroll = true; }, true},
-       {"--seed", [&](const std::string& v) { cfg.seed = std::stoull(v); }},
-       {"--limit", [&](const std::string& v) { limit = std::stoll(v); }},
-       {"--data-dir", text(data_dir)}});
-  if (cfg.cell != "lstm" && cfg.cell != "gru") usage("--cell must be lstm or gru");
-  if (epochs < 0 || cfg.batch_size <= 0 || cfg.hidden <= 0 || (cfg.lr && !(*cfg.lr > 0)) ||
-      (cfg.clipnorm && !(*cfg.clipnorm > 0)) || limit == 0 || limit < -1)
-    usage("need epochs >= 0, batch-size > 0, hidden > 0, lr > 0, clipnorm > 0, limit > 0");
+  ktape::train::FlagParser flags("fashion_rnn", kUsage);
+  flags.integer("--epochs", epochs, 0);
+  flags.integer("--batch-size", cfg.batch_size, 1);
+  flags.number("--lr", cfg.lr, {.min = 0, .min_inclusive = false});
+  flags.number("--clipnorm", cfg.clipnorm, {.min = 0, .min_inclusive = false});
+  flags.text("--optimizer", cfg.optimizer,
+             {"adam", "sgd", "rmsprop", "adagrad", "adadelta", "adamax", "nadam"});
+  flags.text("--cell", cfg.cell, {"lstm", "gru"});
+  flags.integer("--hidden", cfg.hidden, 1, 1 << 20);
+  flags.toggle("--unroll", cfg.unroll);
+  flags.integer("--seed", cfg.seed);
+  flags.integer("--limit", limit, 1);
+  flags.text("--data-dir", data_dir);
+  flags.parse(argc, argv);
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
@@ -104,8 +96,11 @@ int main(int argc, char** argv) {
     }
     if (epochs == 0) val = model.evaluate(test);
     std::printf("Final test accuracy: %.4f\n", val.acc);
-  } catch (const ktape::Error& e) {
-    std::fprintf(stderr, "fashion_rnn: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fashion_rnn: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_rnn: error: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -1,11 +1,9 @@
-// Whole-file writes that never leave a half-written file: the text goes to `<path>.tmp-<pid>`,
-// is synced, and is renamed onto `path`. Throws ktape::IOError naming the file on failure.
+// Whole-file writes that never leave a half-written file (ktape::AtomicFile, engine/atomic_file.hpp):
+// the history CSV and the SVG plot go through the same writer as the checkpoints.
 #pragma once
 
-#include <string>
+#include "engine/atomic_file.hpp"
 
 namespace ktape::train {
-
-void write_file_atomically(const std::string& path, const std::string& content);
-
+using ktape::write_file_atomically;
 }  // namespace ktape::train

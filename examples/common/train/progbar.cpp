@@ -85,8 +85,9 @@ void Progbar::update(std::int64_t current, const Metrics& values) {
   if (finished_) return;
   const double weight = static_cast<double>(std::max<std::int64_t>(current - seen_, 1));
   for (const auto& [name, v] : values) {
+    const std::string& key = name;  // clang 14 cannot capture a structured binding
     auto it = std::find_if(values_.begin(), values_.end(),
-                           [&](const Entry& e) { return e.name == name; });
+                           [&key](const Entry& e) { return e.name == key; });
     if (it == values_.end()) {
       Entry e;
       e.name = name;
