@@ -59,8 +59,10 @@ TEST(ExamplesCli, NumbersAreParsedStrictlyAndErrorsNameTheFlag) {
   expect_usage_error(kMlp, "--lr nan", "--lr: 'nan' must be a finite number > 0");
   expect_usage_error(kMlp, "--lr 0", "--lr: '0' must be a finite number > 0");
   expect_usage_error(kMlp, "--seed -1", "--seed: '-1' must be a non-negative integer");
-  expect_usage_error(kMlp, "--seed 99999999999999999999", "--seed: '99999999999999999999' is out of range");
-  expect_usage_error(kMlp, "--epochs 99999999999", "--epochs: '99999999999' must be an integer in [0, 2147483647]");
+  expect_usage_error(kMlp, "--seed 99999999999999999999",
+                     "--seed: '99999999999999999999' is out of range");
+  expect_usage_error(kMlp, "--epochs 99999999999",
+                     "--epochs: '99999999999' must be an integer in [0, 2147483647]");
   expect_usage_error(kMlp, "--epochs -1", "--epochs: '-1' must be an integer in [0, ");
   expect_usage_error(kMlp, "--batch-size 0", "--batch-size: '0' must be an integer in [1, ");
   expect_usage_error(kMlp, "--dropout 1", "--dropout: '1' must be a finite number >= 0 and < 1");

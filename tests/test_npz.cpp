@@ -652,7 +652,8 @@ TEST_F(NpzTest, StaleTempFilesOfDeadProcessesAreRemoved) {
   const std::string dead = p + ".tmp-" + std::to_string(child);
   const std::string live = p + ".tmp-1";
   const std::string other = path("other.npz.tmp-" + std::to_string(child));
-  for (const auto& f : {dead, live, other}) write(fs::path(f).filename().string(), Bytes(2800, 'x'));
+  for (const auto& f : {dead, live, other})
+    write(fs::path(f).filename().string(), Bytes(2800, 'x'));
   ktape::save_npz(p, {{"a", NDArray::scalar(1)}});
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));

@@ -90,11 +90,12 @@ class GzFile {
   // The buffer grows with the data actually read (a chunk at a time), never with what the
   // header claims: a corrupt header cannot make it allocate more than the file holds.
   std::vector<unsigned char> read_payload(std::size_t n, const std::string& what) {
-    constexpr std::size_t kChunk = std::size_t{1} << 22;
+    std::size_t chunk = std::size_t{1} << 16;  // doubles up to 4 MiB per read
     std::vector<unsigned char> buf;
     std::size_t got = 0;
     while (got < n) {
-      const std::size_t want = std::min(kChunk, n - got);
+      const std::size_t want = std::min(chunk, n - got);
+      chunk = std::min(chunk * 2, std::size_t{1} << 22);
       buf.resize(got + want);
       const std::size_t r = read(buf.data() + got, want);
       got += r;

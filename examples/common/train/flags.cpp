@@ -92,8 +92,9 @@ double parse_number(const std::string& name, const std::string& v, const FlagPar
     throw CLI::ValidationError(name, quoted(v) + " is not a number");
   std::string want;
   if (std::isfinite(r.min)) want += (r.min_inclusive ? " >= " : " > ") + fmt(r.min);
-  if (std::isfinite(r.max)) want += (want.empty() ? " " : " and ") +
-                                    std::string(r.max_inclusive ? "<= " : "< ") + fmt(r.max);
+  if (std::isfinite(r.max))
+    want +=
+        (want.empty() ? " " : " and ") + std::string(r.max_inclusive ? "<= " : "< ") + fmt(r.max);
   const bool in_range = std::isfinite(x) && err != std::errc::result_out_of_range &&
                         (r.min_inclusive ? x >= r.min : x > r.min) &&
                         (r.max_inclusive ? x <= r.max : x < r.max);
@@ -112,8 +113,7 @@ void FlagParser::number(const std::string& name, std::optional<double>& dst, Ran
       name, [name, &dst, range](const std::string& v) { dst = parse_number(name, v, range); });
 }
 
-void FlagParser::text(const std::string& name, std::string& dst,
-                      std::vector<std::string> choices) {
+void FlagParser::text(const std::string& name, std::string& dst, std::vector<std::string> choices) {
   impl_->app.add_option_function<std::string>(
       name, [name, &dst, choices = std::move(choices)](const std::string& v) {
         if (!choices.empty() && std::find(choices.begin(), choices.end(), v) == choices.end()) {
@@ -157,11 +157,11 @@ void check_writable(const std::string& flag, const std::string& path) {
     throw IOError(flag + ": cannot write " + quoted(path) + ": it is a directory");
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec))
-    throw IOError(flag + ": cannot write " + quoted(path) + ": directory " +
-                  quoted(dir.string()) + " does not exist");
+    throw IOError(flag + ": cannot write " + quoted(path) + ": directory " + quoted(dir.string()) +
+                  " does not exist");
   if (::access(dir.c_str(), W_OK) != 0)
-    throw IOError(flag + ": cannot write " + quoted(path) + ": directory " +
-                  quoted(dir.string()) + " is not writable");
+    throw IOError(flag + ": cannot write " + quoted(path) + ": directory " + quoted(dir.string()) +
+                  " is not writable");
 }
 
 }  // namespace ktape::train

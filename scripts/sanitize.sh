@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite under AddressSanitizer + UndefinedBehaviorSanitizer (with float -> int
+# cast checks), then every libFuzzer target for FUZZ_SECONDS each (default 60) on a copy of its
+# seed corpus, two at a time. One clang build tree, build-asan/, serves both. Called by
+# scripts/test.sh; `bash scripts/sanitize.sh 600` fuzzes longer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+FUZZ_SECONDS="${1:-60}"
+bash scripts/deps.sh --sanitizers
+CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DKTAPE_SANITIZE=address,undefined -DKTAPE_FUZZ=ON \
+  -DKTAPE_BUILD_TESTS=ON -DKTAPE_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:strict_string_checks=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
+(cd build-asan && ctest --output-on-failure -j2)
+
+fuzz() {  # target: runs it on a scratch copy of its corpus; libFuzzer exits non-zero on a crash
+  local t="$1" work="build-asan/fuzz-work/$1"
+  rm -rf "$work" && mkdir -p "$work/corpus" && cp tests/fuzz/corpus/"$t"/* "$work/corpus/"
+  (cd "$work" && TMPDIR="$PWD" "../../tests/fuzz/$t" corpus -max_total_time="$FUZZ_SECONDS" \
+     -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 >log 2>&1) ||
+    { echo "fuzz target $t FAILED:"; tail -n 60 "$work/log"; return 1; }
+  echo "fuzz target $t: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$work/log" |
+    grep -o '[0-9]*$') runs in ${FUZZ_SECONDS}s, no crash"
+}
+targets=(fuzz_api fuzz_npz fuzz_idx fuzz_config fuzz_optimizer_config)
+status=0
+for ((i = 0; i < ${#targets[@]}; i += 2)); do
+  pids=()
+  for t in "${targets[@]:i:2}"; do
+    fuzz "$t" & pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
+done
+exit $status
