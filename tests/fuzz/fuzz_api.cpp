@@ -107,7 +107,7 @@ double bound_of_sum(const Value& v, const Tensor& t) {
 bool apply(Input& in, std::vector<Value>& pool, std::vector<Tensor>& variables) {
   const Value& a = pool[static_cast<std::size_t>(in.pick(static_cast<int>(pool.size())))];
   const Value& b = pool[static_cast<std::size_t>(in.pick(static_cast<int>(pool.size())))];
-  const int op = in.pick(40);
+  const int op = in.pick(45);
   Value r;
   try {
     switch (op) {
@@ -256,6 +256,47 @@ bool apply(Input& in, std::vector<Value>& pool, std::vector<Tensor>& variables) 
         if (!r.t.defined()) return false;
         break;
       }
+      case 40:  // a loop over axis 0
+        r = {K::map_fn([](const Tensor& e) { return K::tanh(e) * 2.0; }, a.t), squash(a, 2.0)};
+        break;
+      case 41:
+        r = {K::foldl([](const Tensor& acc, const Tensor& e) { return acc + e; }, a.t),
+             bound_of_sum(a, a.t)};
+        break;
+      case 42: {  // K::rnn over (samples, time, features), with options and a mask
+        const bool masked = in.flag();
+        K::RnnOptions o{
+            .go_backwards = in.flag(), .unroll = in.flag(), .zero_output_for_mask = in.flag()};
+        if (masked) o.mask = K::greater(K::sum(b.t, -1), 0.0);
+        const Tensor h0 = K::sum(a.t, 1) * 0.0;
+        auto res = K::rnn(
+            [](const Tensor& x,
+               const std::vector<Tensor>& st) -> std::pair<Tensor, std::vector<Tensor>> {
+              const Tensor h = K::tanh(x + st[0]);
+              return {h, {h}};
+            },
+            a.t, {h0}, o);
+        r = {in.flag() ? res.last_output : res.outputs, squash(a, 1.0)};
+        break;
+      }
+      case 43: {  // second order: gradients of a gradient
+        const auto g1 = K::gradients(K::sum(a.t * a.t * b.t), variables);
+        Tensor acc;
+        for (const auto& g : g1)
+          if (g.defined()) acc = acc.defined() ? acc + K::sum(g) : K::sum(g);
+        if (!acc.defined()) return false;
+        const auto g2 = K::gradients(acc, variables);
+        for (std::size_t i = 0; i < g2.size(); ++i)
+          if (g2[i].defined()) {
+            if (g2[i].shape() != variables[i].shape()) std::abort();
+            r = {g2[i]};
+          }
+        if (!r.t.defined()) return false;
+        break;
+      }
+      case 44:
+        r = {K::in_train_phase(a.t, b.t), std::max(a.bound, b.bound)};
+        break;
     }
   } catch (const ktape::Error& e) {
     trace("op " + std::to_string(op) + " on [" + desc(a.t) + "], [" + desc(b.t) + "]: " + e.what());
@@ -325,7 +366,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         variables[static_cast<std::size_t>(in.pick(static_cast<int>(variables.size())))];
     const Tensor& x = pool[static_cast<std::size_t>(in.pick(static_cast<int>(pool.size())))].t;
     try {
-      updates.push_back(in.flag() ? K::update(v, x) : K::update_add(v, x));
+      const int kind = in.pick(3);
+      updates.push_back(kind == 0   ? K::update(v, x)
+                        : kind == 1 ? K::update_add(v, x)
+                                    : K::moving_average_update(v, x, in.pick(10) / 10.0));
     } catch (const ktape::Error&) {
     }
   }
