@@ -654,7 +654,7 @@ std::unique_ptr<Optimizer> from_config(const json& j) {
     json parsed;
     try {
       parsed = json::parse(j.get<std::string>());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // a syntax error, a number out of range, ...
       throw ValueError(std::string("optimizers::from_config: invalid JSON: ") + e.what());
     }
     return from_config(parsed);

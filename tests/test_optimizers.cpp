@@ -979,6 +979,10 @@ TEST_F(Optim, FromConfigReadsKerasJson) {
   }
   // The text itself is accepted too.
   EXPECT_EQ(O::from_config(text)->class_name(), "Adam");
+  // Text that is not JSON, or holds a number JSON cannot represent, is a ValueError (found by
+  // tests/fuzz/fuzz_optimizer_config: nlohmann's out_of_range escaped).
+  EXPECT_THROW(O::from_config(json("2E2666666666333")), ktape::ValueError);
+  EXPECT_THROW(O::from_config(json("{\"class_name\": ")), ktape::ValueError);
 }
 
 TEST_F(Optim, GetConfigRoundTrips) {

@@ -166,6 +166,22 @@ TEST(Sizes, ComputedShapesThatOverflowFailAtCompile) {
   EXPECT_EQ(r[0].item(0), 6.0);
 }
 
+TEST(Sizes, EvaluatingHugeTensorsIsAnErrorNotACrash) {
+  K::clear_session();
+  // Static shapes may be as large as the dims allow; evaluating them must fail cleanly.
+  EXPECT_NE(error_of<ktape::ValueError>(
+                [&] { K::eval(K::random_uniform({std::int64_t{1} << 62, 4})); }),
+            "");
+  EXPECT_HAS(error_of<ktape::ResourceExhaustedError>(
+                 [&] { K::eval(K::random_uniform({std::int64_t{1} << 40})); }),
+             "4398046511104 bytes");
+  auto x = K::placeholder({K::None});
+  auto f = K::function({x}, {K::one_hot(K::cast(x, "int32"), 1 << 30)});
+  EXPECT_NE(error_of<ktape::ResourceExhaustedError>(
+                [&] { f({NDArray::full({std::int64_t{1} << 20}, 1.0)}); }),
+            "");
+}
+
 // ---- 4. wrong acceptances ---------------------------------------------------------------------
 
 TEST(Acceptance, GradientWithRespectToIntegerVariableIsNull) {

@@ -39,7 +39,7 @@ class GzFile {
       throw IOError("IDX file " + path + " is a directory, not a file");
     f_ = gzopen(path.c_str(), "rb");
     if (!f_) throw IOError("cannot open IDX file " + path);
-    gzbuffer(f_, 1 << 20);
+    gzbuffer(f_, 1 << 17);
   }
   ~GzFile() {
     if (f_) gzclose(f_);
