@@ -460,6 +460,7 @@ std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const
     Step s;
     s.fn = fn;
     s.node = p.values[static_cast<std::size_t>(vi)].node;
+    s.random = op_def(s.node->op).random;
     s.out = vi;
     s.in_values = ins;
     p.steps.push_back(std::move(s));
@@ -736,9 +737,7 @@ void FunctionImpl::execute_ptrs(Plan& p) const {
   for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i)
     for (ArrayRef* a : p.fed_refs[i]) a->data = p.fed_ptrs[i];
   for (auto& s : p.steps) {
-    if (s.node->op == Op::RandomUniform || s.node->op == Op::RandomNormal ||
-        s.node->op == Op::TruncatedNormal || s.node->op == Op::DropoutMask)
-      s.call.counter = s.node->counter.fetch_add(1);
+    if (s.random) s.call.counter = s.node->counter.fetch_add(1);
     s.fn(s.call);
     if (s.node->print_hook && s.fn != &copy_kernel) {
       const Value& o = p.values[static_cast<std::size_t>(s.out)];

@@ -1,6 +1,8 @@
 #include "engine/graph.hpp"
 
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 #include "engine/errors.hpp"
@@ -17,6 +19,7 @@ const char* const kOpNames[] = {
 };
 
 OpDef g_defs[kNumOps];
+bool g_defined[kNumOps] = {};
 std::atomic<std::int64_t> g_next_id{1};
 
 struct Tape {
@@ -65,7 +68,28 @@ DType Tensor::dtype() const { return node().dtype; }
 const std::string& Tensor::name() const { return node().name; }
 Op Tensor::op() const { return node().op; }
 
-OpDef& op_def(Op op) { return g_defs[static_cast<int>(op)]; }
+const OpDef& op_def(Op op) { return g_defs[static_cast<int>(op)]; }
+
+void define_op(Op op, const OpDef& def) {
+  const int i = static_cast<int>(op);
+  if (g_defined[i])
+    throw std::logic_error(std::string("ktape: op ") + op_name(op) + " is defined twice");
+  if (!def.shape && op != Op::Placeholder && op != Op::Variable && op != Op::Constant)
+    throw std::logic_error(std::string("ktape: op ") + op_name(op) + " has no shape rule");
+  g_defs[i] = def;
+  g_defined[i] = true;
+}
+
+void ensure_ops_registered() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_all_ops();
+    std::string missing;
+    for (int i = 0; i < kNumOps; ++i)
+      if (!g_defined[i]) missing += std::string(missing.empty() ? "" : ", ") + kOpNames[i];
+    if (!missing.empty()) throw std::logic_error("ktape: op kinds without a record: " + missing);
+  });
+}
 
 std::int64_t next_node_id() { return g_next_id.fetch_add(1); }
 

@@ -76,10 +76,15 @@ using GradFn = std::vector<Tensor> (*)(const Node& node, const Tensor& y, const 
 // compiles for concrete input shapes. Throws ValueError for bad arguments.
 using ShapeFn = Shape (*)(const Node& node, const std::vector<Shape>& in);
 
+// Everything the engine and autodiff know about one op kind, in one record defined next to the
+// op's builder (define_op with designated initializers). Fields left out keep these defaults.
 struct OpDef {
-  ShapeFn shape = nullptr;
-  GradFn grad = nullptr;  // nullptr: not differentiable (every input gets a null gradient)
-  bool pure = true;       // may be hash-consed (same op, inputs, attrs -> same node)
+  ShapeFn shape = nullptr;  // required for every op but the sources
+  GradFn grad = nullptr;    // nullptr: not differentiable (every input gets a null gradient)
+  bool pure = true;         // may be hash-consed (same op, inputs, attrs -> same node)
+  // Draws random numbers: Function advances the node's counter on every call (fresh draws), and
+  // a loop's reverse pass reuses the forward pass's draws instead of drawing again.
+  bool random = false;
   // The output shares the buffer of this input (reshape-like ops, assignments): no kernel runs.
   int alias_input = -1;
   // The output shares input 0's buffer when their concrete shapes are equal (sum_to, broadcast_to).
@@ -96,9 +101,16 @@ struct OpDef {
   bool may_throw = false;
 };
 
-// The op table. Filled once by ops/registry.cpp (one explicit call per op family).
-OpDef& op_def(Op op);
+// The op table: one record per op kind, read-only once registered. ensure_ops_registered fills
+// it on first use by calling register_all_ops (ops/registry.cpp, one call per family), then
+// checks that every op kind got a record.
+const OpDef& op_def(Op op);
 void ensure_ops_registered();
+// Defines the record of `op`; a second definition of one op is a logic error (std::logic_error
+// naming the op). Only during registration.
+void define_op(Op op, const OpDef& def);
+// Implemented by the op families (ops/registry.cpp).
+void register_all_ops();
 
 // Appends a node (or returns an identical pure node already on the tape). Infers the shape.
 Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,

@@ -38,6 +38,7 @@ struct FusedProgram;
 struct Step {
   KernelFn fn = nullptr;
   KernelCall call;
+  bool random = false;  // OpDef::random: the node's counter advances on every call
   std::vector<ArrayRef> ins;
   Node* node = nullptr;
   int out = -1;

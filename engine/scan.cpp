@@ -565,8 +565,7 @@ ScanResult make_scan(const ScanSpec& spec) {
         found.push_back(m);
       // Random draws (dropout masks) too: the reverse scan must see the very values the
       // forward step drew, not draw again.
-      if (m->op == Op::DropoutMask || m->op == Op::RandomUniform || m->op == Op::RandomNormal ||
-          m->op == Op::TruncatedNormal) {
+      if (op_def(m->op).random) {
         if (m->dtype != dt)
           throw NotImplementedError(who + ": a random op of dtype " +
                                     std::string(dtype_name(m->dtype)) + " in a loop of dtype " +
@@ -724,10 +723,15 @@ void run_scan_embed(const KernelCall& c) {
 }
 
 void register_scan_ops() {
-  op_def(Op::Scan) = {&scan_rule, &scan_grad, false, -1, false, -1};
-  op_def(Op::Scan).may_throw = true;  // its body may hold any op
-  op_def(Op::ScanPart) = {&scan_part_rule, &scan_part_grad, true, -1, false, -1};
-  op_def(Op::ScanEmbed) = {&scan_embed_rule, &scan_embed_grad, true, -1, false, -1};
+  define_op(Op::Scan, {.shape = &scan_rule,
+                       .grad = &scan_grad,
+                       .pure = false,
+                       .dispatch_input = -1,
+                       .may_throw = true});  // its body may hold any op
+  define_op(Op::ScanPart,
+            {.shape = &scan_part_rule, .grad = &scan_part_grad, .dispatch_input = -1});
+  define_op(Op::ScanEmbed,
+            {.shape = &scan_embed_rule, .grad = &scan_embed_grad, .dispatch_input = -1});
 }
 
 }  // namespace ktape

@@ -193,9 +193,13 @@ Tensor in_test_phase(const TensorOrFn& x, const TensorOrFn& alt, const Tensor& t
 namespace ktape::ops {
 
 void register_control_ops() {
-  op_def(Op::Assign) = {&backend::assign_rule, nullptr, false, 1, false, 0};
-  op_def(Op::Group) = {&backend::group_rule, nullptr, false, 0, false, 0};
-  op_def(Op::Select) = {&broadcast_rule, &backend::select_grad, true, -1, false, -1};
+  // An update's value is its new value's buffer (Function commits it into the variable).
+  define_op(Op::Assign, {.shape = &backend::assign_rule, .pure = false, .alias_input = 1});
+  define_op(Op::Group, {.shape = &backend::group_rule, .pure = false, .alias_input = 0});
+  define_op(Op::Select, {.shape = &broadcast_rule,
+                         .grad = &backend::select_grad,
+                         .dispatch_input = -1,
+                         .elementwise = true});
 }
 
 }  // namespace ktape::ops

@@ -326,21 +326,21 @@ Tensor print_tensor(const Tensor& x, const std::string& message) {
 namespace ktape::ops {
 
 void register_core_ops() {
-  for (Op op : {Op::Placeholder, Op::Variable, Op::Constant}) op_def(op).pure = false;
-  for (Op op : {Op::RandomUniform, Op::RandomNormal, Op::TruncatedNormal}) {
-    OpDef& d = op_def(op);
-    d.shape = &backend::random_shape;
-    d.pure = false;
-    d.dispatch_input = -1;
-  }
-  op_def(Op::Identity) = {&same_as_input0, &backend::identity_grad, true, 0, false, 0};
-  op_def(Op::StopGradient) = {&same_as_input0, nullptr, true, 0, false, 0};
-  op_def(Op::PrintTensor) = {&same_as_input0, &backend::identity_grad, false, -1, false, 0};
-  op_def(Op::PrintTensor).may_throw = true;  // the print hook is user code
-  op_def(Op::Cast) = {&same_as_input0, &backend::cast_grad, true, -1, false, 0};
-  op_def(Op::FillLike) = {&same_as_input0, nullptr, true, -1, false, -1};
-  op_def(Op::ShapeOf) = {&backend::shape_of_rule, nullptr, true, -1, false, -1};
-  op_def(Op::SizeRatio) = {&scalar_rule, nullptr, true, -1, false, -1};
+  for (Op op : {Op::Placeholder, Op::Variable, Op::Constant}) define_op(op, {.pure = false});
+  for (Op op : {Op::RandomUniform, Op::RandomNormal, Op::TruncatedNormal})
+    define_op(
+        op, {.shape = &backend::random_shape, .pure = false, .random = true, .dispatch_input = -1});
+  define_op(Op::Identity,
+            {.shape = &same_as_input0, .grad = &backend::identity_grad, .alias_input = 0});
+  define_op(Op::StopGradient, {.shape = &same_as_input0, .alias_input = 0});
+  define_op(Op::PrintTensor, {.shape = &same_as_input0,
+                              .grad = &backend::identity_grad,
+                              .pure = false,
+                              .may_throw = true});  // the print hook is user code
+  define_op(Op::Cast, {.shape = &same_as_input0, .grad = &backend::cast_grad, .elementwise = true});
+  define_op(Op::FillLike, {.shape = &same_as_input0, .dispatch_input = -1});
+  define_op(Op::ShapeOf, {.shape = &backend::shape_of_rule, .dispatch_input = -1});
+  define_op(Op::SizeRatio, {.shape = &scalar_rule, .dispatch_input = -1});
 }
 
 }  // namespace ktape::ops

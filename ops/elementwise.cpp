@@ -138,11 +138,10 @@ G add_n_grad(const Node& n, const Tensor&, const Tensor& g) { return G(n.inputs.
 
 Shape add_n_rule(const Node&, const std::vector<Shape>& in) { return in[0]; }
 
-void def(Op op, ShapeFn s, GradFn g, int dispatch = 0) {
-  OpDef& d = op_def(op);
-  d.shape = s;
-  d.grad = g;
-  d.dispatch_input = dispatch;
+// Every op of this family computes element i from element i of its inputs (numpy broadcasting
+// of size-1 inputs aside): elementwise, so Function may fuse it.
+void def(Op op, ShapeFn s, GradFn g) {
+  define_op(op, {.shape = s, .grad = g, .elementwise = true});
 }
 
 }  // namespace

@@ -384,16 +384,18 @@ namespace ktape::ops {
 
 void register_layout_ops() {
   using namespace ktape::backend;
-  op_def(Op::MatMul) = {&matmul_rule, &matmul_grad, true, -1, false, 0};
-  op_def(Op::Transpose) = {&transpose_rule, &transpose_grad, true, -1, false, 0};
-  op_def(Op::Reshape) = {&reshape_rule, &reshape_grad, true, 0, false, 0};
-  op_def(Op::ReshapeLike) = {&reshape_like_rule, &reshape_like_grad, true, 0, false, 0};
-  op_def(Op::ExpandAxes) = {&expand_rule, &expand_grad, true, 0, false, 0};
-  op_def(Op::SqueezeAxes) = {&squeeze_rule, &squeeze_grad, true, 0, false, 0};
-  op_def(Op::Concat) = {&concat_rule, &concat_grad, true, -1, false, 0};
-  op_def(Op::ConcatPart) = {&concat_part_rule, &concat_part_grad, true, -1, false, 0};
-  op_def(Op::Slice) = {&slice_rule, &slice_grad, true, -1, false, 0};
-  op_def(Op::SlicePad) = {&slice_pad_rule, &slice_pad_grad, true, -1, false, 0};
+  define_op(Op::MatMul, {.shape = &matmul_rule, .grad = &matmul_grad});
+  define_op(Op::Transpose, {.shape = &transpose_rule, .grad = &transpose_grad});
+  // Reshapes share their input's buffer: no kernel runs.
+  define_op(Op::Reshape, {.shape = &reshape_rule, .grad = &reshape_grad, .alias_input = 0});
+  define_op(Op::ReshapeLike,
+            {.shape = &reshape_like_rule, .grad = &reshape_like_grad, .alias_input = 0});
+  define_op(Op::ExpandAxes, {.shape = &expand_rule, .grad = &expand_grad, .alias_input = 0});
+  define_op(Op::SqueezeAxes, {.shape = &squeeze_rule, .grad = &squeeze_grad, .alias_input = 0});
+  define_op(Op::Concat, {.shape = &concat_rule, .grad = &concat_grad});
+  define_op(Op::ConcatPart, {.shape = &concat_part_rule, .grad = &concat_part_grad});
+  define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad});
+  define_op(Op::SlicePad, {.shape = &slice_pad_rule, .grad = &slice_pad_grad});
 }
 
 }  // namespace ktape::ops

@@ -205,16 +205,19 @@ namespace ktape::ops {
 
 void register_nn_ops() {
   using namespace ktape::backend;
-  op_def(Op::Relu) = {&same_as_input0, &relu_grad, true, -1, false, 0};
-  op_def(Op::ReluGrad) = {&broadcast_rule, &relu_grad_grad, true, -1, false, 0};
-  op_def(Op::Sigmoid) = {&same_as_input0, &sigmoid_grad, true, -1, false, 0};
-  op_def(Op::Tanh) = {&same_as_input0, &tanh_grad, true, -1, false, 0};
-  op_def(Op::Softmax) = {&same_as_input0, &softmax_grad, true, -1, false, 0};
-  op_def(Op::LogSoftmax) = {&same_as_input0, &log_softmax_grad, true, -1, false, 0};
-  op_def(Op::SparseSoftmaxCE) = {&sparse_ce_rule, &sparse_ce_grad, true, -1, false, 1};
-  op_def(Op::SparseSoftmaxCE).may_throw = true;  // a target out of range
-  op_def(Op::OneHot) = {&one_hot_rule, nullptr, true, -1, false, -1};
-  op_def(Op::DropoutMask) = {&dropout_mask_rule, nullptr, false, -1, false, -1};
+  define_op(Op::Relu, {.shape = &same_as_input0, .grad = &relu_grad, .elementwise = true});
+  define_op(Op::ReluGrad, {.shape = &broadcast_rule, .grad = &relu_grad_grad, .elementwise = true});
+  define_op(Op::Sigmoid, {.shape = &same_as_input0, .grad = &sigmoid_grad, .elementwise = true});
+  define_op(Op::Tanh, {.shape = &same_as_input0, .grad = &tanh_grad, .elementwise = true});
+  define_op(Op::Softmax, {.shape = &same_as_input0, .grad = &softmax_grad});
+  define_op(Op::LogSoftmax, {.shape = &same_as_input0, .grad = &log_softmax_grad});
+  define_op(Op::SparseSoftmaxCE, {.shape = &sparse_ce_rule,
+                                  .grad = &sparse_ce_grad,
+                                  .dispatch_input = 1,
+                                  .may_throw = true});  // a target out of range
+  define_op(Op::OneHot, {.shape = &one_hot_rule, .dispatch_input = -1});
+  define_op(Op::DropoutMask,
+            {.shape = &dropout_mask_rule, .pure = false, .random = true, .dispatch_input = -1});
 }
 
 }  // namespace ktape::ops

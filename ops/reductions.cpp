@@ -139,14 +139,16 @@ namespace ktape::ops {
 
 void register_reduction_ops() {
   using namespace ktape::backend;
-  op_def(Op::Sum) = {&reduce_rule, &sum_grad, true, -1, false, 0};
-  op_def(Op::Mean) = {&reduce_rule, &mean_grad, true, -1, false, 0};
-  op_def(Op::Max) = {&reduce_rule, &extremum_grad, true, -1, false, 0};
-  op_def(Op::Min) = {&reduce_rule, &extremum_grad, true, -1, false, 0};
-  op_def(Op::ArgMax) = {&arg_rule, nullptr, true, -1, false, 0};
-  op_def(Op::ArgMin) = {&arg_rule, nullptr, true, -1, false, 0};
-  op_def(Op::SumToLike) = {&like_rule, &sum_to_like_grad, true, -1, true, 0};
-  op_def(Op::BroadcastToLike) = {&like_rule, &broadcast_to_like_grad, true, -1, true, 0};
+  define_op(Op::Sum, {.shape = &reduce_rule, .grad = &sum_grad});
+  define_op(Op::Mean, {.shape = &reduce_rule, .grad = &mean_grad});
+  define_op(Op::Max, {.shape = &reduce_rule, .grad = &extremum_grad});
+  define_op(Op::Min, {.shape = &reduce_rule, .grad = &extremum_grad});
+  define_op(Op::ArgMax, {.shape = &arg_rule});
+  define_op(Op::ArgMin, {.shape = &arg_rule});
+  define_op(Op::SumToLike,
+            {.shape = &like_rule, .grad = &sum_to_like_grad, .alias_if_same_shape = true});
+  define_op(Op::BroadcastToLike,
+            {.shape = &like_rule, .grad = &broadcast_to_like_grad, .alias_if_same_shape = true});
 }
 
 }  // namespace ktape::ops
