@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/eval.hpp"
 #include "engine/graph.hpp"
 #include "engine/ndarray.hpp"
 
@@ -65,9 +66,6 @@ class Function {
   std::shared_ptr<struct FunctionImpl> impl_;
 };
 
-// Evaluates a tensor that needs no fed placeholder (K::eval). Evaluating an update runs it.
-NDArray evaluate(const Tensor& t);
-
 // Holds a variable's storage lock — shared to read it, exclusive to write it — for direct
 // access outside a Function (K::get_value, K::set_value). No-op inside a call, which holds it.
 class VariableAccess {
@@ -80,19 +78,6 @@ class VariableAccess {
  private:
   std::shared_mutex* mu_;
   bool write_;
-};
-
-// Eager scopes: inside one, every node that needs no placeholder is evaluated when it is built.
-bool in_eager_scope();
-class EagerScope {
- public:
-  explicit EagerScope(bool eager = true);
-  ~EagerScope();
-  EagerScope(const EagerScope&) = delete;
-  EagerScope& operator=(const EagerScope&) = delete;
-
- private:
-  int previous_;
 };
 
 }  // namespace ktape

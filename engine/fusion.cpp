@@ -43,7 +43,7 @@ std::int64_t chunk_for(std::int64_t w) {
 
 // -1: not fusable; else the row width of its row operands (0 if none).
 std::int64_t fusable(const Plan& p, const Step& s) {
-  if (s.fused || !s.node || !op_def(s.node->op).elementwise || s.node->print_hook) return -1;
+  if (s.fused || !s.node || !op_def(s.node->op).elementwise) return -1;
   const Value& out = p.values[static_cast<std::size_t>(s.out)];
   if (out.size < kMinFuse || s.in_values.size() > static_cast<std::size_t>(kMaxFusedInputs))
     return -1;

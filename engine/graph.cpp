@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "engine/errors.hpp"
-#include "engine/function.hpp"
+#include "engine/eval.hpp"
 
 namespace ktape {
 
@@ -108,14 +108,14 @@ void check_rank(const Shape& s, const std::string& name) {
 
 // A node with its inputs, flags and inferred static shape; no id yet.
 std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
-                               const std::string& name, std::shared_ptr<const ScanBody> body) {
+                               const std::string& name, std::shared_ptr<const NodeExtra> extra) {
   auto n = std::make_shared<Node>();
   n->op = op;
   n->dtype = dtype;
   n->attrs = std::move(attrs);
   n->inputs = std::move(inputs);
   n->name = name.empty() ? std::string(op_name(op)) : name;
-  n->body = std::move(body);
+  n->extra = std::move(extra);
   n->concrete = true;
   for (const auto& t : n->inputs) {
     n->concrete = n->concrete && t.node().concrete;
@@ -181,13 +181,25 @@ Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
   return t;
 }
 
-Tensor make_body_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
-                      const std::string& name, std::shared_ptr<const ScanBody> body) {
+Tensor make_node_with_extra(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                            const std::string& name, std::shared_ptr<const NodeExtra> extra,
+                            bool eager) {
   ensure_ops_registered();
   for (const auto& t : inputs) (void)t.node();
-  auto n = new_node(op, std::move(inputs), std::move(attrs), dtype, name, std::move(body));
+  auto n = new_node(op, std::move(inputs), std::move(attrs), dtype, name, std::move(extra));
   n->id = next_node_id();
-  return Tensor(std::move(n));
+  Tensor t(std::move(n));
+  if (eager && t.node().concrete && in_eager_scope()) t.node().eager_value = evaluate(t);
+  return t;
+}
+
+Tensor clone_node(const Node& n, std::vector<Tensor> inputs) {
+  Tensor t = n.extra
+                 ? make_node_with_extra(n.op, std::move(inputs), n.attrs, n.dtype, n.name, n.extra)
+                 : make_node(n.op, std::move(inputs), n.attrs, n.dtype, n.name);
+  Node& c = t.node();
+  if (c.seed == 0) c.seed = n.seed;
+  return t;
 }
 
 }  // namespace ktape

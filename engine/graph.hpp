@@ -19,7 +19,6 @@
 namespace ktape {
 
 struct Node;
-struct ScanBody;
 
 class Tensor {
  public:
@@ -60,13 +59,20 @@ struct Node : std::enable_shared_from_this<Node> {
   // random ops, and anything built only from those).
   bool concrete = true;
   bool uses_learning_phase = false;  // Keras's _uses_learning_phase
+  bool is_learning_phase = false;    // the learning-phase placeholder: fed as any numeric scalar
   bool keras_history = false;        // Keras's _keras_history: set only by layer code, never by K::
   std::uint64_t seed = 0;            // random ops
   std::atomic<std::uint64_t> counter{0};            // random ops: calls so far
   NDArray eager_value;                              // computed at creation inside an eager scope
-  std::function<void(const NDArray&)> print_hook;   // PrintTensor only
   std::function<Tensor(const Tensor&)> constraint;  // Variable only (Keras's `constraint`)
-  std::shared_ptr<const ScanBody> body;             // Scan only: the loop body
+  // Data of the op's own (a loop's body, a print hook), opaque to the engine.
+  std::shared_ptr<const struct NodeExtra> extra;
+};
+
+// Base of the op-specific data a node may own (Node::extra). Nodes with extra data are never
+// hash-consed.
+struct NodeExtra {
+  virtual ~NodeExtra() = default;
 };
 
 // A gradient rule: given the node, its output tensor y and the incoming gradient g, returns one
@@ -75,6 +81,29 @@ using GradFn = std::vector<Tensor> (*)(const Node& node, const Tensor& y, const 
 // Shape inference, used at build time (static shapes with None) and again when a Function
 // compiles for concrete input shapes. Throws ValueError for bad arguments.
 using ShapeFn = Shape (*)(const Node& node, const std::vector<Shape>& in);
+
+// The compile hook (as Theano's make_thunk): what an op decides when a Function compiles it for
+// concrete input shapes, beyond its shape rule. Ops with a `prepare` are compiled by it alone.
+struct PrepareArgs {
+  const Node& node;
+  const std::vector<Shape>& in_shapes;     // concrete
+  const std::vector<const void*>& in_ctx;  // each input's prepared context (null if none)
+  const std::string& backend;              // the enclosing Function's backend and options
+  bool fuse = true, fold = true;
+};
+struct Prepared {
+  Shape shape;                    // the concrete output shape
+  std::shared_ptr<void> ctx;      // KernelCall::ctx of the op's step, owned by the plan
+  std::size_t scratch_bytes = 0;  // KernelCall::scratch: arena bytes live during the step only
+  KernelFn kernel = nullptr;      // runs instead of the backend's kernel for this op
+  // The output is the bytes from view_offset of input view_input's buffer (no step runs) when
+  // that buffer lives in the arena; otherwise the kernel runs and copies.
+  int view_input = -1;
+  std::size_t view_offset = 0;
+};
+using PrepareFn = Prepared (*)(const PrepareArgs& args);
+// A set of a node's inputs: bit i stands for input i.
+using InputMaskFn = unsigned (*)(const Node& node);
 
 // Everything the engine and autodiff know about one op kind, in one record defined next to the
 // op's builder (define_op with designated initializers). Fields left out keep these defaults.
@@ -99,6 +128,19 @@ struct OpDef {
   // The kernel may throw on bad values (a label out of range): Function writes no update into
   // its variable before such a step, so a failed call leaves every variable as it was.
   bool may_throw = false;
+  PrepareFn prepare = nullptr;  // the compile hook (see PrepareArgs); null: the shape rule only
+
+  // How the op composes with a loop's steps (ops/loops), for ops worth handling specially.
+  // Expensive to run once per step (a GEMM): a loop runs it once over every step where
+  // stack_map allows, and stores its per-step values for the reverse pass when it reads the
+  // loop's state.
+  bool costly = false;
+  // The inputs that may be per-step tensors stacked on a new leading axis such that the op on
+  // the stacks is the stack of its per-step results (the other inputs loop-invariant).
+  InputMaskFn stack_map = nullptr;
+  // The inputs that may be stacked so that the op on the stacks is the sum of its per-step
+  // results (e.g. the weight gradient x^T g): a loop's gradient sums them in one op afterwards.
+  InputMaskFn stack_sum = nullptr;
 };
 
 // The op table: one record per op kind, read-only once registered. ensure_ops_registered fills
@@ -115,9 +157,13 @@ void register_all_ops();
 // Appends a node (or returns an identical pure node already on the tape). Infers the shape.
 Tensor make_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
                  const std::string& name = "");
-// A node that owns a loop body (Scan). Never shared by hash-consing, never evaluated eagerly.
-Tensor make_body_node(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
-                      const std::string& name, std::shared_ptr<const ScanBody> body);
+// A node that owns op-specific data (a loop body, a print hook). Never shared by hash-consing;
+// evaluated eagerly (inside an eager scope) only when `eager` says so.
+Tensor make_node_with_extra(Op op, std::vector<Tensor> inputs, Attrs attrs, DType dtype,
+                            const std::string& name, std::shared_ptr<const NodeExtra> extra,
+                            bool eager = false);
+// A copy of `n` on new inputs: same op, attrs, dtype, name, seed and extra data.
+Tensor clone_node(const Node& n, std::vector<Tensor> inputs);
 // Source nodes (placeholder, variable, constant) with a given static shape.
 Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name,
                    NDArray value = {});

@@ -37,8 +37,10 @@ struct KernelCall {
   // draws fresh numbers and a fixed seed gives the same sequence run after run.
   std::uint64_t seed = 0;
   std::uint64_t counter = 0;
-  // Engine-internal kernels (a fused group) find their program here; op kernels ignore it.
+  // The context the op's compile hook prepared (OpDef::prepare), or a fused group's program.
   const void* ctx = nullptr;
+  // Arena bytes the compile hook asked for, private to this step while it runs.
+  void* scratch = nullptr;
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -24,7 +24,7 @@
   X(ConcatPart) X(Slice) X(SlicePad)                                                        \
   /* state */                                                                               \
   X(Assign) X(Group)                                                                        \
-  /* symbolic loops (engine/scan.hpp) */                                                    \
+  /* symbolic loops (ops/loops/scan.hpp) */                                                  \
   X(Scan) X(ScanPart) X(ScanEmbed)
 // clang-format on
 

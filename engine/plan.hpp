@@ -1,5 +1,6 @@
 // Internal to Function: the compiled plan of one input-shape signature (values, steps, arena,
-// commits) and the passes that build it. Not a public header.
+// commits), the compiler that builds it (engine/compile.cpp) and nested execution (loops run
+// their body's plan). Not a public header.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/backend.hpp"
 #include "engine/function.hpp"
 #include "engine/graph.hpp"
 #include "engine/kernel_abi.hpp"
@@ -30,7 +32,11 @@ struct Value {
   std::size_t alias_offset = 0;  // bytes into the root's buffer (ScanPart views a flat buffer)
   int last_use = -1;
   bool pinned = false;
-  std::shared_ptr<struct ScanLayout> scan;  // Scan, ScanPart, ScanEmbed: the concrete layout
+  // From the op's compile hook (OpDef::prepare): its kernel context, an engine-independent
+  // kernel, and the scratch bytes its step needs.
+  std::shared_ptr<void> ctx;
+  KernelFn kernel = nullptr;
+  std::size_t scratch_bytes = 0;
 };
 
 struct FusedProgram;
@@ -43,6 +49,7 @@ struct Step {
   Node* node = nullptr;
   int out = -1;
   std::vector<int> in_values;
+  std::size_t scratch_offset = 0;  // in the arena, when the value asks for scratch
   // A fused elementwise group (engine/fusion.hpp): the other values it writes, and its program.
   std::vector<int> extra_outs;
   std::unique_ptr<FusedProgram> fused;
@@ -83,6 +90,34 @@ struct Plan {
   // same signature (FunctionImpl's pool). Guarded by the FunctionImpl's mutex.
   bool busy = false;
 };
+
+// The buffer of value v.
+inline void* value_ptr(const Plan& p, int v) {
+  const Value& val = p.values[static_cast<std::size_t>(v)];
+  const Value& root = p.values[static_cast<std::size_t>(val.root)];
+  switch (root.kind) {
+    case Kind::kArena:
+      return static_cast<char*>(p.arena.get()) + root.offset + val.alias_offset;
+    case Kind::kExternal:
+      return static_cast<char*>(root.ext) + val.alias_offset;
+    case Kind::kFed:
+      return static_cast<char*>(p.fed_ptrs[static_cast<std::size_t>(root.fed)]) + val.alias_offset;
+  }
+  return nullptr;
+}
+
+struct CompileRequest {
+  const std::vector<Tensor>& inputs;
+  const std::vector<Tensor>& outputs;
+  const std::vector<Tensor>& updates;
+  const std::vector<Node*>& assigns;  // every Assign the updates hold
+  const Backend& backend;
+  bool fuse = true, fold = true;
+  const std::vector<Shape>& fed;  // the input-shape signature
+};
+// Builds the plan (engine/compile.cpp). ValueError for shapes that do not fit together,
+// NotImplementedError for a missing kernel, ResourceExhaustedError for an arena too large.
+std::unique_ptr<Plan> compile_plan(const CompileRequest& request);
 
 // Function internals for nested execution (a Scan runs its body's plan once per step).
 // A new plan for these input shapes, owned by the caller (each enclosing plan owns the plans of

@@ -123,7 +123,7 @@ Tensor learning_phase() {
   if (!g_lp_placeholder.defined()) {
     g_lp_placeholder = make_source(Op::Placeholder, Shape{}, DType::bool_, "keras_learning_phase",
                                    NDArray::scalar(0.0, DType::bool_));
-    g_lp_placeholder.node().attrs.str = "learning_phase";
+    g_lp_placeholder.node().is_learning_phase = true;
     g_lp_placeholder.node().uses_learning_phase = true;
   }
   return g_lp_placeholder;

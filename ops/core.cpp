@@ -313,12 +313,38 @@ Tensor truncated_normal(const Shape& shape, double mean, double stddev, const Ra
   return random_node(Op::TruncatedNormal, shape, mean, stddev, o, "K::truncated_normal");
 }
 
+namespace {
+
+// PrintTensor: an identity whose kernel also logs the value with the message (Node::extra).
+// It allocates the printed copy: a debugging op, not for steady-state loops.
+struct PrintMessage : NodeExtra {
+  std::string message;
+};
+
+void print_kernel(const KernelCall& c) {
+  const std::size_t bytes = static_cast<std::size_t>(c.out.size) * dtype_size(c.out.dtype);
+  if (c.out.data != c.in[0].data) std::memcpy(c.out.data, c.in[0].data, bytes);
+  NDArray v(Shape(std::vector<std::int64_t>(c.out.dims, c.out.dims + c.out.ndim)), c.out.dtype);
+  std::memcpy(v.raw_data(), c.out.data, bytes);
+  const auto& m = static_cast<const PrintMessage&>(*static_cast<const NodeExtra*>(c.ctx));
+  log_info(m.message + v.str());
+}
+
+Prepared prepare_print(const PrepareArgs& a) {
+  Prepared p;
+  p.shape = a.in_shapes[0];
+  p.ctx = std::const_pointer_cast<NodeExtra>(a.node.extra);
+  p.kernel = &print_kernel;
+  return p;
+}
+
+}  // namespace
+
 Tensor print_tensor(const Tensor& x, const std::string& message) {
-  Attrs a;
-  a.str = message;
-  Tensor t = make_node(Op::PrintTensor, {x}, std::move(a), x.dtype());
-  t.node().print_hook = [message](const NDArray& v) { log_info(message + v.str()); };
-  return t;
+  auto m = std::make_shared<PrintMessage>();
+  m->message = message;
+  return make_node_with_extra(Op::PrintTensor, {x}, {}, x.dtype(), "", std::move(m),
+                              /*eager=*/true);
 }
 
 }  // namespace ktape::backend
@@ -336,7 +362,8 @@ void register_core_ops() {
   define_op(Op::PrintTensor, {.shape = &same_as_input0,
                               .grad = &backend::identity_grad,
                               .pure = false,
-                              .may_throw = true});  // the print hook is user code
+                              .may_throw = true,  // it allocates the printed copy
+                              .prepare = &backend::prepare_print});
   define_op(Op::Cast, {.shape = &same_as_input0, .grad = &backend::cast_grad, .elementwise = true});
   define_op(Op::FillLike, {.shape = &same_as_input0, .dispatch_input = -1});
   define_op(Op::ShapeOf, {.shape = &backend::shape_of_rule, .dispatch_input = -1});

@@ -64,6 +64,20 @@ G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   return {matmul(b, g, true, true), matmul(g, a, true, true)};
 }
 
+// a . b over the rows of a: stacking a's rows (a per-step (B, K) into (T, B, K)) stacks the
+// results.
+unsigned matmul_stack_map(const Node& n) {
+  const bool plain = n.attrs.ints[0] == 0 && n.attrs.ints[1] == 0;
+  return plain && n.inputs[0].ndim() == 2 && n.inputs[1].ndim() == 2 ? 0b01u : 0u;
+}
+// a^T . b sums over the rows both share: stacking both sums the per-step products.
+unsigned matmul_stack_sum(const Node& n) {
+  const bool at_b = n.attrs.ints[0] != 0 && n.attrs.ints[1] == 0;
+  const Shape& a = n.inputs[0].shape();
+  const Shape& b = n.inputs[1].shape();
+  return at_b && a.ndim() == 2 && b.ndim() == 2 && a[1] >= 0 && b[1] >= 0 ? 0b11u : 0u;
+}
+
 Shape transpose_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> s;
   for (auto p : n.attrs.ints) s.push_back(in[0][static_cast<int>(p)]);
@@ -384,7 +398,11 @@ namespace ktape::ops {
 
 void register_layout_ops() {
   using namespace ktape::backend;
-  define_op(Op::MatMul, {.shape = &matmul_rule, .grad = &matmul_grad});
+  define_op(Op::MatMul, {.shape = &matmul_rule,
+                         .grad = &matmul_grad,
+                         .costly = true,
+                         .stack_map = &matmul_stack_map,
+                         .stack_sum = &matmul_stack_sum});
   define_op(Op::Transpose, {.shape = &transpose_rule, .grad = &transpose_grad});
   // Reshapes share their input's buffer: no kernel runs.
   define_op(Op::Reshape, {.shape = &reshape_rule, .grad = &reshape_grad, .alias_input = 0});

@@ -96,6 +96,9 @@ G extremum_grad(const Node& n, const Tensor& y, const Tensor& g) {
   return {mask * (keep_dims(n, g) / count)};
 }
 
+// SumToLike sums every axis its like-input lacks: a new leading (step) axis on g is summed too.
+unsigned sum_to_like_stack_sum(const Node&) { return 0b01u; }
+
 G sum_to_like_grad(const Node& n, const Tensor&, const Tensor& gg) {
   return {broadcast_to_like(gg, n.inputs[0]), Tensor()};
 }
@@ -145,8 +148,10 @@ void register_reduction_ops() {
   define_op(Op::Min, {.shape = &reduce_rule, .grad = &extremum_grad});
   define_op(Op::ArgMax, {.shape = &arg_rule});
   define_op(Op::ArgMin, {.shape = &arg_rule});
-  define_op(Op::SumToLike,
-            {.shape = &like_rule, .grad = &sum_to_like_grad, .alias_if_same_shape = true});
+  define_op(Op::SumToLike, {.shape = &like_rule,
+                            .grad = &sum_to_like_grad,
+                            .alias_if_same_shape = true,
+                            .stack_sum = &sum_to_like_stack_sum});
   define_op(Op::BroadcastToLike,
             {.shape = &like_rule, .grad = &broadcast_to_like_grad, .alias_if_same_shape = true});
 }

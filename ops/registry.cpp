@@ -2,7 +2,7 @@
 // linkers drop from static libraries). Each family defines the records of its ops next to
 // their builders (define_op in its .cpp).
 #include "engine/graph.hpp"
-#include "engine/scan.hpp"
+#include "ops/loops/scan.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape {
@@ -14,7 +14,7 @@ void register_all_ops() {
   ops::register_nn_ops();
   ops::register_layout_ops();
   ops::register_control_ops();
-  register_scan_ops();
+  register_loop_ops();
 }
 
 }  // namespace ktape

@@ -1,11 +1,11 @@
 #include "ops/rnn.hpp"
 
 #include "engine/errors.hpp"
-#include "engine/scan.hpp"
 #include "ops/control.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/layout.hpp"
+#include "ops/loops/scan.hpp"
 #include "ops/reductions.hpp"
 
 namespace ktape::backend {

@@ -111,11 +111,6 @@ void add_n_kernel(const KernelCall& c) {
   }
 }
 
-template <class T>
-void copy_kernel(const KernelCall& c) {
-  std::memcpy(c.out.data, c.in[0].data, static_cast<std::size_t>(c.out.size) * sizeof(T));
-}
-
 template <class TI>
 void cast_kernel(const KernelCall& c) {
   const TI* x = ptr<TI>(c.in[0]);
@@ -201,7 +196,6 @@ KTAPE_WRAP(KLt, (compare_kernel<T, LtF>(c)))
 KTAPE_WRAP(KLe, (compare_kernel<T, LeF>(c)))
 KTAPE_WRAP(KSelect, (select_kernel<T>(c)))
 KTAPE_WRAP(KAddN, (add_n_kernel<T>(c)))
-KTAPE_WRAP(KCopy, (copy_kernel<T>(c)))
 KTAPE_WRAP(KCast, (cast_kernel<T>(c)))
 KTAPE_WRAP(KFill, (fill_like_kernel<T>(c)))
 KTAPE_WRAP(KSizeRatio, (size_ratio_kernel<T>(c)))
@@ -239,7 +233,6 @@ void register_reference_elementwise(Backend& b) {
   reg<KLe>(b, Op::LessEqual, Numeric{});
   reg<KSelect>(b, Op::Select, All{});
   reg<KAddN>(b, Op::AddN, Numeric{});
-  reg<KCopy>(b, Op::PrintTensor, All{});
   reg<KCast>(b, Op::Cast, All{});
   reg<KFill>(b, Op::FillLike, All{});
   reg<KSizeRatio>(b, Op::SizeRatio, Floats{});

@@ -3,7 +3,9 @@
 // carries). It runs the body over the time axis (axis 0 of every sequence) in one step of the
 // enclosing Function, without allocating per step, and its gradient is a second Scan running
 // backwards that accumulates the gradients of everything the body captured (weights included).
-// K::rnn, map_fn, foldl and foldr are built on it (ops/rnn.hpp).
+// K::rnn, map_fn, foldl and foldr are built on it (ops/rnn.hpp). The loop family lives here in
+// ops/loops: building (scan_build.cpp), the gradient (scan_grad.cpp) and execution through the
+// compile hook (scan_exec.cpp); the engine runs it like any op. Not a public header.
 //
 // A Scan node's value is one flat buffer holding, in order: each per-step output stacked over
 // time (T, ...), each carry as it was before every step (T, ...; (2, ...) scratch for a scan
@@ -22,7 +24,8 @@
 
 namespace ktape {
 
-struct ScanBody {
+// The loop body a Scan node owns (Node::extra).
+struct ScanBody : NodeExtra {
   int n_seq = 0, n_carry = 0, n_static = 0, n_out = 0;
   int n_user_out = 0;  // outputs the caller asked for; the rest are stored for the gradient
   // Stored intermediates: output index -> body node (a recurrent projection h . U, a random
@@ -47,8 +50,6 @@ struct ScanBody {
   };
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<Variant>> variants_;
-
- public:
 };
 
 struct ScanSpec {
@@ -82,8 +83,10 @@ ScanResult make_scan(const ScanSpec& spec);
 enum class ScanPartKind { kOutput, kStored, kFinal };
 Tensor scan_part(const Tensor& buf, const Tensor& scan, ScanPartKind kind, int index);
 
-// Engine internals used by Function's compile.
-struct ScanLayout;
-void register_scan_ops();
+// The body of a Scan node (ValueError if `scan` is not one).
+const ScanBody& scan_body(const Node& scan);
+
+// Registers Scan, ScanPart and ScanEmbed (called once from ops/registry.cpp).
+void register_loop_ops();
 
 }  // namespace ktape

@@ -1,0 +1,460 @@
+// Function's compiler: builds the Plan of one input-shape signature in phases — prune and fold,
+// values, steps, fusion, in-place commits, variable locks, arena plan, pointer resolution. It
+// names no op kind beyond the structural ones (sources and assignments): whatever an op needs at
+// compile time comes from its record (OpDef: shape rule, alias facts, the prepare hook).
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/arena.hpp"
+#include "engine/backend.hpp"
+#include "engine/errors.hpp"
+#include "engine/fusion.hpp"
+#include "engine/graph_walk.hpp"
+#include "engine/plan.hpp"
+
+namespace ktape {
+
+namespace {
+
+void copy_kernel(const KernelCall& c) {
+  std::memcpy(c.out.data, c.in[0].data,
+              static_cast<std::size_t>(c.out.size) * dtype_size(c.out.dtype));
+}
+
+std::string describe(const Node& n) {
+  return "'" + n.name + "' (shape " + n.shape.str() + ", " + std::string(dtype_name(n.dtype)) + ")";
+}
+
+bool is_source(const Node& n) {
+  return n.op == Op::Placeholder || n.op == Op::Variable || n.op == Op::Constant;
+}
+bool is_update(const Node& n) { return n.op == Op::Assign || n.op == Op::Group; }
+
+class Compiler {
+ public:
+  Compiler(const CompileRequest& r, Plan& p) : r_(r), p_(p) {
+    for (const auto& t : r.inputs) fed_set_.insert(t.node_ptr().get());
+  }
+
+  void run() {
+    p_.sig = r_.fed;
+    const std::vector<Node*> order = prune_and_fold();
+    build_values(order);
+    build_steps();
+    if (r_.fuse && r_.backend.fuse_elementwise) fuse();
+    if (r_.backend.fuse_elementwise) commit_in_place();
+    lock_variables();
+    plan_arena();
+    resolve_pointers();
+  }
+
+ private:
+  Value& val(int v) { return p_.values[static_cast<std::size_t>(v)]; }
+  int index_of(const Tensor& t) const { return index_.at(t.node_ptr().get()); }
+  int root_of(int v) { return val(v).root; }
+
+  // 1. The nodes the outputs and updates need, in tape order. A pure node computed only from
+  // constants is folded: evaluated once here, then read like a constant.
+  std::vector<Node*> prune_and_fold() {
+    std::unordered_map<Node*, bool> memo;
+    std::function<bool(Node*)> foldable = [&](Node* n) -> bool {
+      if (n->op == Op::Constant) return true;
+      if (auto it = memo.find(n); it != memo.end()) return it->second;
+      bool f = r_.fold && op_def(n->op).pure && !is_source(*n) && !n->inputs.empty() &&
+               !fed_set_.count(n);
+      for (auto& in : n->inputs) f = f && foldable(in.node_ptr().get());
+      return memo[n] = f;
+    };
+    std::vector<Node*> roots, folded;
+    for (const auto& t : r_.outputs) roots.push_back(t.node_ptr().get());
+    for (const auto& t : r_.updates) roots.push_back(t.node_ptr().get());
+    auto order = reachable_in_tape_order(roots, [&](Node* n) {
+      if (n->eager_value.defined() || fed_set_.count(n)) return false;
+      if (n->op != Op::Constant && foldable(n)) {
+        folded.push_back(n);
+        return false;
+      }
+      return true;
+    });
+    for (Node* n : folded) {
+      Function once({}, {Tensor(n->shared_from_this())}, {},
+                    {.backend = r_.backend.name, .fuse = r_.fuse, .fold = false});
+      p_.folded.emplace(n, once({})[0]);
+    }
+    return order;
+  }
+
+  // 2. A value with a concrete shape for every node: external (eager, folded, variable,
+  // constant, defaulted placeholder), fed, or computed in the arena (maybe as a view).
+  void build_values(const std::vector<Node*>& order) {
+    p_.values.reserve(order.size() + r_.assigns.size());
+    std::vector<Shape> in_shapes;
+    std::vector<const void*> in_ctx;
+    for (Node* n : order) {
+      Value v;
+      v.node = n;
+      v.dtype = n->dtype;
+      const int vi = static_cast<int>(p_.values.size());
+      v.root = vi;
+      auto external = [&](const NDArray& a) {
+        v.kind = Kind::kExternal;
+        v.ext = const_cast<void*>(a.raw_data());
+        v.shape = a.shape();
+      };
+      if (n->eager_value.defined()) {
+        external(n->eager_value);
+      } else if (auto fit = p_.folded.find(n); fit != p_.folded.end()) {
+        external(fit->second);
+      } else if (n->op == Op::Placeholder || fed_set_.count(n)) {
+        int k = -1;
+        for (std::size_t i = 0; i < r_.inputs.size(); ++i)
+          if (r_.inputs[i].node_ptr().get() == n) k = static_cast<int>(i);
+        if (k >= 0) {
+          v.kind = Kind::kFed;
+          v.fed = k;
+          v.shape = r_.fed[static_cast<std::size_t>(k)];
+        } else if (n->value.defined()) {  // a placeholder with a default (the learning phase)
+          external(n->value);
+        } else {
+          throw ValueError("K::function: you must feed a value for placeholder " + describe(*n) +
+                           ": it is needed by the outputs or updates but is not in inputs");
+        }
+      } else if (is_source(*n)) {
+        external(n->value);
+      } else {
+        in_shapes.clear();
+        in_ctx.clear();
+        for (auto& in : n->inputs) {
+          const Value& iv = val(index_of(in));
+          in_shapes.push_back(iv.shape);
+          in_ctx.push_back(iv.ctx.get());
+        }
+        compute_value(*n, v, in_shapes, in_ctx);
+      }
+      v.bytes = array_bytes(v.shape, v.dtype, ("K::function: " + describe(*n)).c_str());
+      v.size = v.shape.num_elements();
+      index_[n] = vi;
+      p_.values.push_back(std::move(v));
+    }
+  }
+
+  void compute_value(const Node& n, Value& v, const std::vector<Shape>& in_shapes,
+                     const std::vector<const void*>& in_ctx) {
+    const OpDef& def = op_def(n.op);
+    int view = -1;
+    std::size_t view_offset = 0;
+    if (def.prepare) {
+      Prepared pr = def.prepare({n, in_shapes, in_ctx, r_.backend.name, r_.fuse, r_.fold});
+      v.shape = std::move(pr.shape);
+      v.ctx = std::move(pr.ctx);
+      v.kernel = pr.kernel;
+      v.scratch_bytes = pr.scratch_bytes;
+      if (pr.view_input >= 0 &&
+          val(root_of(index_of(n.inputs[static_cast<std::size_t>(pr.view_input)]))).kind ==
+              Kind::kArena) {
+        view = pr.view_input;
+        view_offset = pr.view_offset;
+      }
+    } else {
+      v.shape = def.shape(n, in_shapes);
+    }
+    if (!v.shape.is_fully_defined())
+      throw ValueError(std::string("K::function: could not infer the shape of ") + describe(n) +
+                       " for the fed input shapes");
+    if (view < 0) view = def.alias_input;
+    if (view < 0 && def.alias_if_same_shape && in_shapes[0] == v.shape) view = 0;
+    if (view >= 0) {
+      const Value& src = val(index_of(n.inputs[static_cast<std::size_t>(view)]));
+      v.root = src.root;
+      v.alias_offset = src.alias_offset + view_offset;
+    }
+  }
+
+  void add_step(int vi, KernelFn fn, const std::vector<int>& ins) {
+    Step s;
+    s.fn = fn;
+    s.node = val(vi).node;
+    s.random = op_def(s.node->op).random;
+    s.out = vi;
+    s.in_values = ins;
+    p_.steps.push_back(std::move(s));
+  }
+
+  // 3. A step for every computed node that owns its buffer; then, for each update whose new
+  // value lives outside the arena (a variable, constant or fed array that could change before
+  // the commit), a snapshot copy; then the commits.
+  void build_steps() {
+    for (std::size_t vi = 0; vi < p_.values.size(); ++vi) {
+      const Value& v = p_.values[vi];
+      if (v.root != static_cast<int>(vi) || v.kind != Kind::kArena) continue;
+      const Node& n = *v.node;
+      const OpDef& def = op_def(n.op);
+      const DType kdt = def.dispatch_input < 0
+                            ? n.dtype
+                            : n.inputs[static_cast<std::size_t>(def.dispatch_input)].dtype();
+      const KernelFn fn = v.kernel ? v.kernel : find_kernel(r_.backend, n.op, kdt);
+      if (!fn)
+        throw NotImplementedError(std::string("K::function: no kernel for op ") + op_name(n.op) +
+                                  " with dtype " + std::string(dtype_name(kdt)) + " (node " +
+                                  describe(n) + ") in backend '" + r_.backend.name + "'");
+      std::vector<int> ins;
+      for (auto& in : n.inputs) ins.push_back(index_of(in));
+      add_step(static_cast<int>(vi), fn, ins);
+    }
+    for (Node* a : r_.assigns) {
+      const int vi = index_.at(a);
+      int cv = vi;  // the value holding the new data (possibly a view)
+      if (val(root_of(vi)).kind != Kind::kArena) {
+        Value snap = val(root_of(vi));
+        snap.kind = Kind::kArena;
+        snap.root = static_cast<int>(p_.values.size());
+        snap.ext = nullptr;
+        snap.fed = -1;
+        snap.alias_offset = 0;
+        snap.ctx.reset();
+        snap.kernel = nullptr;
+        snap.scratch_bytes = 0;
+        snap.shape = val(vi).shape;
+        snap.size = val(vi).size;
+        snap.bytes = val(vi).bytes;
+        p_.values.push_back(snap);
+        add_step(snap.root, &copy_kernel, {vi});
+        cv = snap.root;
+      }
+      Node* var = a->inputs[0].node_ptr().get();
+      const Value& rv = val(cv);
+      if (rv.shape != var->value.shape() || rv.dtype != var->value.dtype())
+        throw ValueError("K::function: update of variable " + describe(*var) +
+                         " computes a value of shape " + rv.shape.str() + " and dtype " +
+                         std::string(dtype_name(rv.dtype)) +
+                         "; it must keep the variable's shape and dtype");
+      p_.commits.push_back({var->value.raw_data(), cv, rv.bytes});
+    }
+  }
+
+  // 3b. Elementwise chains fused into passes (outputs and committed values are written out).
+  void fuse() {
+    std::vector<bool> pinned(p_.values.size(), false);
+    for (const auto& t : r_.outputs) pinned[static_cast<std::size_t>(root_of(index_of(t)))] = true;
+    for (const auto& c : p_.commits) pinned[static_cast<std::size_t>(root_of(c.value))] = true;
+    fuse_elementwise(p_, pinned);
+  }
+
+  // 3c. Commit in place: a new value written by an elementwise step (or fused pass) after every
+  // read of the variable's old value goes straight into the variable, with no copy at the end.
+  // (Within a fused pass, reads of the old value must come no later than the write: each chunk
+  // is read before it is overwritten.) Only for backends whose elementwise kernels promise to
+  // be safe in place (the cpu backend; not plugins), and never before a step that may throw
+  // (a failed call must leave every variable as it was).
+  void commit_in_place() {
+    std::vector<char> is_output(p_.values.size(), 0), aliased(p_.values.size(), 0);
+    for (const auto& t : r_.outputs) is_output[static_cast<std::size_t>(root_of(index_of(t)))] = 1;
+    for (std::size_t v = 0; v < p_.values.size(); ++v)
+      if (p_.values[v].root != static_cast<int>(v) && !is_update(*p_.values[v].node))
+        aliased[static_cast<std::size_t>(p_.values[v].root)] = 1;
+    for (std::size_t ci = 0; ci < p_.commits.size();) {
+      const Commit& c = p_.commits[ci];
+      const int cv = root_of(c.value);  // the buffer holding the new value
+      if (!can_commit_in_place(c, cv, is_output, aliased)) {
+        ++ci;
+        continue;
+      }
+      Value& v = val(cv);
+      v.kind = Kind::kExternal;
+      v.ext = c.dst;
+      p_.commits.erase(p_.commits.begin() + static_cast<long>(ci));
+      ++p_.commits_in_place;
+    }
+  }
+
+  bool can_commit_in_place(const Commit& c, int cv, const std::vector<char>& is_output,
+                           const std::vector<char>& aliased) {
+    const Value& v = val(cv);
+    if (val(c.value).alias_offset != 0 || v.kind != Kind::kArena ||
+        is_output[static_cast<std::size_t>(cv)] || aliased[static_cast<std::size_t>(cv)])
+      return false;
+    int var_vi = -1;
+    for (std::size_t u = 0; u < p_.values.size(); ++u)
+      if (p_.values[u].kind == Kind::kExternal && p_.values[u].ext == c.dst &&
+          p_.values[u].root == static_cast<int>(u))
+        var_vi = static_cast<int>(u);
+    if (var_vi >= 0 && is_output[static_cast<std::size_t>(var_vi)]) return false;
+    int w = -1;  // the step writing the new value
+    for (std::size_t si = 0; si < p_.steps.size(); ++si) {
+      const Step& st = p_.steps[si];
+      if (st.out == cv ||
+          std::find(st.extra_outs.begin(), st.extra_outs.end(), cv) != st.extra_outs.end())
+        w = static_cast<int>(si);
+    }
+    if (w < 0) return false;
+    const Step& writer = p_.steps[static_cast<std::size_t>(w)];
+    if (!writer.fused && !op_def(writer.node->op).elementwise) return false;
+    for (std::size_t si = static_cast<std::size_t>(w); si < p_.steps.size(); ++si)
+      if (op_def(p_.steps[si].node->op).may_throw) return false;
+    if (var_vi < 0) return true;
+    for (std::size_t si = static_cast<std::size_t>(w); si < p_.steps.size(); ++si) {
+      const Step& st = p_.steps[si];
+      for (std::size_t k = 0; k < st.in_values.size(); ++k) {
+        if (root_of(st.in_values[k]) != var_vi) continue;
+        if (static_cast<int>(si) > w) return false;  // read after the write
+        if (!st.fused) continue;  // the writer itself reads it, element by element
+        // In the fused pass: every instruction reading input k runs no later than the writer.
+        int write_at = -1, last_read = -1;
+        const auto& prog = *st.fused;
+        for (std::size_t j = 0; j < prog.instrs.size(); ++j) {
+          const auto& ins = prog.instrs[j];
+          if (ins.out.where == FusedOperand::kOutput &&
+              prog.out_values[static_cast<std::size_t>(ins.out.index)] == cv)
+            write_at = static_cast<int>(j);
+          for (const auto& o : ins.ins)
+            if (o.where == FusedOperand::kInput && o.index == static_cast<int>(k))
+              last_read = static_cast<int>(j);
+        }
+        if (write_at < 0 || last_read > write_at) return false;
+      }
+    }
+    return true;
+  }
+
+  // 3d. Variable locks, ordered by node id: every call takes them in the same order.
+  void lock_variables() {
+    std::map<std::int64_t, std::pair<std::shared_mutex*, bool>> locks;
+    for (const Value& v : p_.values)
+      if (v.node->op == Op::Variable && v.node->storage_lock)
+        locks.emplace(v.node->id, std::make_pair(v.node->storage_lock.get(), false));
+    for (Node* a : r_.assigns) {
+      Node* var = a->inputs[0].node_ptr().get();
+      locks[var->id] = {var->storage_lock.get(), true};
+    }
+    for (const auto& [id, l] : locks) p_.var_locks.push_back(l);
+  }
+
+  // 4. Liveness and arena offsets: a buffer lives from its step to its last reader; outputs and
+  // committed values are pinned; a step's scratch lives during that step only.
+  void plan_arena() {
+    for (std::size_t si = 0; si < p_.steps.size(); ++si)
+      for (int in : p_.steps[si].in_values) {
+        Value& r = val(root_of(in));
+        r.last_use = std::max(r.last_use, static_cast<int>(si));
+      }
+    for (const auto& t : r_.outputs) {
+      const int vi = index_of(t);
+      p_.outputs.push_back(vi);
+      val(root_of(vi)).pinned = true;
+    }
+    for (const auto& c : p_.commits) val(root_of(c.value)).pinned = true;
+    ArenaAllocator arena;
+    std::vector<int> outs;
+    std::unordered_set<int> freed;
+    for (std::size_t si = 0; si < p_.steps.size(); ++si) {
+      Step& step = p_.steps[si];
+      outs.assign(1, step.out);
+      outs.insert(outs.end(), step.extra_outs.begin(), step.extra_outs.end());
+      for (int o : outs) {
+        Value& out = val(o);
+        out.offset = arena.alloc(out.bytes);
+        if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead
+      }
+      const std::size_t scratch = val(step.out).scratch_bytes;
+      if (scratch > 0) {
+        step.scratch_offset = arena.alloc(scratch);
+        arena.release(step.scratch_offset, scratch);
+      }
+      freed.clear();
+      for (int in : step.in_values) {
+        const int r = root_of(in);
+        Value& rv = val(r);
+        if (rv.kind == Kind::kArena && !rv.pinned && rv.last_use == static_cast<int>(si) &&
+            freed.insert(r).second)
+          arena.release(rv.offset, rv.bytes);
+      }
+      for (int o : outs) {
+        Value& out = val(o);
+        if (!out.pinned && out.last_use == static_cast<int>(si) && !freed.count(o))
+          arena.release(out.offset, out.bytes);
+      }
+    }
+    p_.arena_bytes = arena.top();
+    p_.arena = aligned_buffer(p_.arena_bytes);  // ResourceExhaustedError naming the bytes
+  }
+
+  // 5. Every step's kernel call with its pointers; the per-call patch lists for fed inputs and
+  // for outputs computed straight into a caller's buffer.
+  void resolve_pointers() {
+    Plan& p = p_;
+    p.fed_refs.assign(r_.inputs.size(), {});
+    p.fed_ptrs.assign(r_.inputs.size(), nullptr);
+    for (auto& s : p.steps) {
+      s.ins.resize(s.in_values.size());
+      for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+        const Value& v = val(s.in_values[k]);
+        ArrayRef& a = s.ins[k];
+        a.dims = v.shape.dims().data();
+        a.ndim = v.shape.ndim();
+        a.size = v.size;
+        a.dtype = v.dtype;
+        a.data = val(v.root).kind == Kind::kFed ? nullptr : value_ptr(p, s.in_values[k]);
+      }
+      const Value& o = val(s.out);
+      s.call.in = s.ins.data();
+      s.call.n_in = static_cast<int>(s.ins.size());
+      s.call.out =
+          ArrayRef{value_ptr(p, s.out), o.shape.dims().data(), o.shape.ndim(), o.size, o.dtype};
+      s.call.attrs = &s.node->attrs;
+      s.call.seed = s.node->seed;
+      s.call.ctx = o.ctx.get();
+      if (o.scratch_bytes > 0)
+        s.call.scratch = static_cast<char*>(p.arena.get()) + s.scratch_offset;
+    }
+    resolve_fused(p, [&](int v) { return value_ptr(p, v); });
+    for (auto& s : p.steps)
+      for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+        const Value& r = val(root_of(s.in_values[k]));
+        if (r.kind == Kind::kFed) p.fed_refs[static_cast<std::size_t>(r.fed)].push_back(&s.ins[k]);
+      }
+    p.out_locs.assign(p.outputs.size(), {});
+    p.out_same.assign(p.outputs.size(), -1);
+    std::vector<char> aliased(p.values.size(), 0);
+    for (std::size_t v = 0; v < p.values.size(); ++v)
+      if (p.values[v].root != static_cast<int>(v))
+        aliased[static_cast<std::size_t>(p.values[v].root)] = 1;
+    for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+      const int vi = p.outputs[i];
+      const Value& v = val(vi);
+      const auto first = std::find(p.outputs.begin(), p.outputs.end(), vi) - p.outputs.begin();
+      if (static_cast<std::size_t>(first) != i) {
+        if (!p.out_locs[static_cast<std::size_t>(first)].empty())
+          p.out_same[i] = static_cast<int>(first);
+        continue;
+      }
+      if (v.root != vi || v.kind != Kind::kArena || aliased[static_cast<std::size_t>(vi)]) continue;
+      auto& locs = p.out_locs[i];
+      for (auto& s : p.steps) {
+        if (s.out == vi) locs.push_back(&s.call.out.data);
+        if (s.fused)
+          for (std::size_t k = 0; k < s.fused->out_values.size(); ++k)
+            if (s.fused->out_values[k] == vi) locs.push_back(&s.fused->out_ptrs[k]);
+        for (std::size_t k = 0; k < s.in_values.size(); ++k)
+          if (s.in_values[k] == vi) locs.push_back(&s.ins[k].data);
+      }
+    }
+  }
+
+  const CompileRequest& r_;
+  Plan& p_;
+  std::unordered_set<Node*> fed_set_;
+  std::unordered_map<Node*, int> index_;
+};
+
+}  // namespace
+
+std::unique_ptr<Plan> compile_plan(const CompileRequest& request) {
+  auto plan = std::make_unique<Plan>();
+  Compiler(request, *plan).run();
+  return plan;
+}
+
+}  // namespace ktape
