@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "engine/errors.hpp"
+#include "engine/graph_walk.hpp"
 
 namespace ktape {
 
@@ -54,21 +55,11 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vecto
     targets.insert(x.node_ptr().get());
   }
   // Nodes the ys depend on that were created no earlier than the first x.
-  std::vector<Node*> nodes;
-  {
-    std::unordered_set<Node*> seen;
-    std::vector<Node*> stack;
-    for (const auto& y : ys) stack.push_back(y.node_ptr().get());
-    while (!stack.empty()) {
-      Node* n = stack.back();
-      stack.pop_back();
-      if (n->id < min_id || !seen.insert(n).second) continue;
-      nodes.push_back(n);
-      if (n->eager_value.defined() && !targets.count(n)) continue;
-      for (auto& in : n->inputs) stack.push_back(in.node_ptr().get());
-    }
-  }
-  std::sort(nodes.begin(), nodes.end(), [](Node* a, Node* b) { return a->id < b->id; });
+  std::vector<Node*> roots;
+  for (const auto& y : ys) roots.push_back(y.node_ptr().get());
+  const std::vector<Node*> nodes = reachable_in_tape_order(
+      roots, [&](Node* n) { return !n->eager_value.defined() || targets.count(n) > 0; },
+      [&](Node* n) { return n->id < min_id; });
   // Forward: which of them depend on some x.
   std::unordered_set<Node*> on_path;
   for (Node* n : nodes) {

@@ -11,6 +11,7 @@
 #include "engine/backend.hpp"
 #include "engine/errors.hpp"
 #include "engine/fusion.hpp"
+#include "engine/graph_walk.hpp"
 #include "engine/plan.hpp"
 
 namespace ktape {
@@ -295,19 +296,11 @@ std::vector<NDArray> Function::operator()(const std::vector<NDArray>& inputs) co
 NDArray evaluate(const Tensor& t) {
   Node& n = t.node();
   if (n.eager_value.defined()) return n.eager_value.clone();
-  if (!n.concrete) {
-    std::vector<Node*> stack{&n};
-    std::unordered_set<Node*> seen;
-    while (!stack.empty()) {
-      Node* m = stack.back();
-      stack.pop_back();
-      if (!seen.insert(m).second) continue;
+  if (!n.concrete)
+    for (Node* m : reachable_in_tape_order({&n}))
       if (m->op == Op::Placeholder && !m->value.defined())
         throw ValueError("K::eval: tensor " + describe(n) + " depends on placeholder " +
                          describe(*m) + "; feed it through K::function");
-      for (auto& in : m->inputs) stack.push_back(in.node_ptr().get());
-    }
-  }
   const bool is_update = n.op == Op::Assign || n.op == Op::Group;
   Function f({}, {t}, is_update ? std::vector<Tensor>{t} : std::vector<Tensor>{});
   return f({})[0];

@@ -84,38 +84,24 @@ ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tenso
   for (const auto& p : params) param_set.insert(p.node_ptr().get());
   for (const auto& [k, v] : subst) param_set.insert(k);
   DependsOn depends(param_set);
-  std::vector<Node*> body;  // nodes that depend on a parameter (parameters excluded)
-  std::vector<Node*> caps;
-  std::unordered_set<Node*> seen, cap_seen;
-  std::vector<Node*> stack;
-  auto add_capture = [&](Node* n) {
-    if (cap_seen.insert(n).second) caps.push_back(n);
-  };
-  for (const auto& r : results) {
-    Node* n = r.node_ptr().get();
-    if (!depends(n))
-      add_capture(n);
-    else
-      stack.push_back(n);
-  }
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    if (param_set.count(n) || !seen.insert(n).second) continue;
+  // The body: the nodes that depend on a parameter (parameters excluded); the captures: the
+  // nodes it reads that do not.
+  std::vector<Node*> roots;
+  for (const auto& r : results) roots.push_back(r.node_ptr().get());
+  const auto reached = reachable_in_tape_order(
+      roots, [&](Node* n) { return depends(n); },
+      [&](Node* n) { return param_set.count(n) > 0; });
+  std::vector<Node*> body, caps;
+  for (Node* n : reached) {
+    if (!depends(n)) {
+      caps.push_back(n);
+      continue;
+    }
     if (n->op == Op::Assign || n->op == Op::Group)
       throw ValueError(who + ": the step function assigns a variable (" + n->name +
                        "); a loop body must be free of updates");
     body.push_back(n);
-    for (const auto& in : n->inputs) {
-      Node* m = in.node_ptr().get();
-      if (depends(m))
-        stack.push_back(m);
-      else
-        add_capture(m);
-    }
   }
-  std::sort(body.begin(), body.end(), [](Node* a, Node* b) { return a->id < b->id; });
-  std::sort(caps.begin(), caps.end(), [](Node* a, Node* b) { return a->id < b->id; });
 
   ClosedBody out;
   std::unordered_map<Node*, Tensor> map;

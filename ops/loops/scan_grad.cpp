@@ -148,18 +148,10 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
   for (std::size_t i = 0; i < B.params.size(); ++i)
     map[B.params[i].node_ptr().get()] = fwd_params[i];
   {
-    std::vector<Node*> order;
-    std::unordered_set<Node*> seen;
-    std::vector<Node*> stack;
-    for (const auto& r : B.results) stack.push_back(r.node_ptr().get());
-    while (!stack.empty()) {
-      Node* m = stack.back();
-      stack.pop_back();
-      if (map.count(m) || !seen.insert(m).second) continue;
-      order.push_back(m);
-      for (const auto& in : m->inputs) stack.push_back(in.node_ptr().get());
-    }
-    std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->id < b->id; });
+    std::vector<Node*> roots;
+    for (const auto& r : B.results) roots.push_back(r.node_ptr().get());
+    const auto order = reachable_in_tape_order(
+        roots, [](Node*) { return true; }, [&](Node* m) { return map.count(m) > 0; });
     for (Node* m : order) {
       if (m->op == Op::Placeholder || m->op == Op::Variable || m->op == Op::Constant) {
         map[m] = Tensor(m->shared_from_this());  // a closed body has none but its params
