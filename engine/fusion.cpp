@@ -1,12 +1,11 @@
 #include "engine/fusion.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <new>
+
+#include "engine/errors.hpp"
+#include "engine/parallel.hpp"
 
 namespace ktape {
 
@@ -15,7 +14,6 @@ namespace {
 constexpr std::int64_t kChunk = 2048;       // elements per pass of a fused group (stays in L1/L2)
 constexpr std::int64_t kMinFuse = 2;        // every chain of arrays fuses (scalars stay separate)
 constexpr int kMaxFusedInputs = 8;          // operands of one member kernel
-constexpr double kMinParallelWork = 80000;  // element-ops worth splitting across threads
 
 constexpr std::int64_t kMaxRowChunk = 8192;  // a row operand's chunk: lcm(width, 64) * k
 
@@ -70,7 +68,9 @@ struct Scratch {
       std::free(data);
       cap = (bytes + 63) / 64 * 64;
       data = std::aligned_alloc(64, cap);
-      if (!data) throw std::bad_alloc();
+      if (!data)
+        throw ResourceExhaustedError("ktape: cannot allocate " + std::to_string(cap) +
+                                     " bytes of scratch for a fused pass");
     }
     return data;
   }
@@ -273,19 +273,9 @@ void run_fused(const KernelCall& c) {
       }
     }
   };
-  const double work = static_cast<double>(P.n) * static_cast<double>(P.instrs.size());
-  if (chunks < 2 || work < kMinParallelWork) {
-    body(0, chunks);
-    return;
-  }
-  const std::int64_t grain =
-      std::max<std::int64_t>(1, static_cast<std::int64_t>(kMinParallelWork / 2 /
-                                                          (static_cast<double>(chunk) *
-                                                           static_cast<double>(P.instrs.size()))));
-  tbb::parallel_for(
-      tbb::blocked_range<std::int64_t>(0, chunks, grain),
-      [&](const tbb::blocked_range<std::int64_t>& r) { body(r.begin(), r.end()); },
-      tbb::simple_partitioner());
+  // Split over whole chunks: results never depend on the split.
+  parallel_for(chunks, static_cast<double>(chunk) * static_cast<double>(P.instrs.size()), body,
+               /*align=*/1);
 }
 
 }  // namespace ktape
