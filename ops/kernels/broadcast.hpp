@@ -1,4 +1,4 @@
-// The generic strided broadcasting loop shared by the reference and cpu kernels.
+// The generic strided broadcasting loops shared by the reference and cpu kernels.
 #pragma once
 
 #include "ops/kernels/common.hpp"
@@ -12,25 +12,31 @@ void binary(const KernelCall& c, F f) {
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   const int r = c.out.ndim;
-  std::int64_t sa[kMaxRank], sb[kMaxRank], idx[kMaxRank] = {};
+  std::int64_t sa[kMaxRank], sb[kMaxRank];
   broadcast_strides(a, r, c.out.dims, sa);
   broadcast_strides(b, r, c.out.dims, sb);
   const TA* pa = ptr<TA>(a);
   const TB* pb = ptr<TB>(b);
   TO* out = ptr<TO>(c.out);
-  std::int64_t ia = 0, ib = 0;
-  for (std::int64_t i = 0; i < c.out.size; ++i) {
-    out[i] = static_cast<TO>(f(static_cast<Compute<TA>>(pa[ia]), static_cast<Compute<TB>>(pb[ib])));
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      ia += sa[d];
-      ib += sb[d];
-      if (idx[d] < c.out.dims[d]) break;
-      ia -= sa[d] * c.out.dims[d];
-      ib -= sb[d] * c.out.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<2>(c.out.dims, r, c.out.size, {sa, sb}, {0, 0}, [&](std::int64_t i, const auto& o) {
+    out[i] = static_cast<TO>(f(static_cast<Compute<TA>>(pa[o[0]]), static_cast<Compute<TB>>(pb[o[1]])));
+  });
+}
+
+// out (shape of in[1]) = g summed over the axes that broadcasting expanded; integers wrap.
+template <class T>
+void sum_to_like(const KernelCall& c) {
+  const ArrayRef& g = c.in[0];
+  const int r = g.ndim;
+  std::int64_t so[kMaxRank];
+  broadcast_strides(c.out, r, g.dims, so);
+  const T* pg = ptr<T>(g);
+  T* y = ptr<T>(c.out);
+  for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
+  strided_walk<1>(g.dims, r, g.size, {so}, {0}, [&](std::int64_t i, const auto& o) {
+    y[o[0]] = static_cast<T>(
+        wrap_add(static_cast<Compute<T>>(y[o[0]]), static_cast<Compute<T>>(pg[i])));
+  });
 }
 
 }  // namespace ktape::kernels

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -42,6 +43,26 @@ inline std::int64_t leading_rows(const ArrayRef& x) {
   std::int64_t r = 1;
   for (int d = 0; d + 1 < x.ndim; ++d) r *= x.dims[d];
   return r;
+}
+
+// The N-d index walk the strided kernels share: visits the n indices of `dims` (rank r) in
+// row-major order and calls f(i, off), where off[k] is operand k's flat offset: its start in
+// `off` plus the index dotted with strides[k] (0 on broadcast axes).
+template <std::size_t K, class F>
+inline void strided_walk(const std::int64_t* dims, int r, std::int64_t n,
+                         const std::array<const std::int64_t*, K>& strides,
+                         std::array<std::int64_t, K> off, F&& f) {
+  std::int64_t idx[kMaxRank] = {};
+  for (std::int64_t i = 0; i < n; ++i) {
+    f(i, off);
+    for (int d = r - 1; d >= 0; --d) {
+      ++idx[d];
+      for (std::size_t k = 0; k < K; ++k) off[k] += strides[k][d];
+      if (idx[d] < dims[d]) break;
+      for (std::size_t k = 0; k < K; ++k) off[k] -= strides[k][d] * dims[d];
+      idx[d] = 0;
+    }
+  }
 }
 
 // Row-major strides of a shape.

@@ -31,18 +31,8 @@ void for_runs(const ArrayRef& full, const ArrayRef& part, const std::int64_t* st
   for (int d = 0; d < r; ++d) base += start[d] * strides[d];
   std::int64_t rows = 1;
   for (int d = 0; d < inner; ++d) rows *= part.dims[d];
-  std::int64_t idx[kMaxRank] = {};
-  std::int64_t off = base;
-  for (std::int64_t row = 0; row < rows; ++row) {
-    f(off, row * run, run);
-    for (int d = inner - 1; d >= 0; --d) {
-      ++idx[d];
-      off += strides[d];
-      if (idx[d] < part.dims[d]) break;
-      off -= strides[d] * part.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<1>(part.dims, inner, rows, {strides}, {base},
+                  [&](std::int64_t row, const auto& o) { f(o[0], row * run, run); });
 }
 
 void slice_kernel(const KernelCall& c) {

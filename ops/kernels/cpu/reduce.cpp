@@ -1,6 +1,7 @@
 // cpu reductions: the bias-gradient SumToLike (sums over leading rows), which training hits on
 // every step; the other reductions fall back to reference for now.
 #include "engine/backend.hpp"
+#include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
 
@@ -38,24 +39,7 @@ void sum_to_like_kernel(const KernelCall& c) {
     return;
   }
   if (column_sum<T>(c.in[0], c.out, y)) return;
-  // general case: strided accumulation
-  const ArrayRef& g = c.in[0];
-  const int r = g.ndim;
-  std::int64_t so[kMaxRank], idx[kMaxRank] = {};
-  broadcast_strides(c.out, r, g.dims, so);
-  const T* pg = ptr<T>(g);
-  for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
-  std::int64_t o = 0;
-  for (std::int64_t i = 0; i < g.size; ++i) {
-    y[o] += pg[i];
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      o += so[d];
-      if (idx[d] < g.dims[d]) break;
-      o -= so[d] * g.dims[d];
-      idx[d] = 0;
-    }
-  }
+  sum_to_like<T>(c);  // the general strided case, shared with the reference backend
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ template <class T>
 void select_kernel(const KernelCall& c) {
   const ArrayRef& cond = c.in[0];
   const int r = c.out.ndim;
-  std::int64_t sc[kMaxRank], sa[kMaxRank], sb[kMaxRank], idx[kMaxRank] = {};
+  std::int64_t sc[kMaxRank], sa[kMaxRank], sb[kMaxRank];
   broadcast_strides(cond, r, c.out.dims, sc);
   broadcast_strides(c.in[1], r, c.out.dims, sa);
   broadcast_strides(c.in[2], r, c.out.dims, sb);
@@ -84,21 +84,8 @@ void select_kernel(const KernelCall& c) {
   const T* pa = ptr<T>(c.in[1]);
   const T* pb = ptr<T>(c.in[2]);
   T* out = ptr<T>(c.out);
-  std::int64_t ic = 0, ia = 0, ib = 0;
-  for (std::int64_t i = 0; i < c.out.size; ++i) {
-    out[i] = pc[ic] ? pa[ia] : pb[ib];
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      ic += sc[d];
-      ia += sa[d];
-      ib += sb[d];
-      if (idx[d] < c.out.dims[d]) break;
-      ic -= sc[d] * c.out.dims[d];
-      ia -= sa[d] * c.out.dims[d];
-      ib -= sb[d] * c.out.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<3>(c.out.dims, r, c.out.size, {sc, sa, sb}, {0, 0, 0},
+                  [&](std::int64_t i, const auto& o) { out[i] = pc[o[0]] ? pa[o[1]] : pb[o[2]]; });
 }
 
 template <class T>

@@ -39,23 +39,14 @@ template <class T>
 void transpose_kernel(const KernelCall& c) {
   const ArrayRef& in = c.in[0];
   const int r = in.ndim;
-  std::int64_t in_strides[kMaxRank], src_strides[kMaxRank], idx[kMaxRank] = {};
+  std::int64_t in_strides[kMaxRank], src_strides[kMaxRank];
   contiguous_strides(in.dims, r, in_strides);
   for (int d = 0; d < r; ++d)
     src_strides[d] = in_strides[c.attrs->ints[static_cast<std::size_t>(d)]];
   const T* x = ptr<T>(in);
   T* y = ptr<T>(c.out);
-  std::int64_t s = 0;
-  for (std::int64_t i = 0; i < c.out.size; ++i) {
-    y[i] = x[s];
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      s += src_strides[d];
-      if (idx[d] < c.out.dims[d]) break;
-      s -= src_strides[d] * c.out.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<1>(c.out.dims, r, c.out.size, {src_strides}, {0},
+                  [&](std::int64_t i, const auto& o) { y[i] = x[o[0]]; });
 }
 
 template <class T>
@@ -96,20 +87,12 @@ void concat_part_kernel(const KernelCall& c) {
 template <class F>
 void for_slice(const ArrayRef& full, const ArrayRef& part, const std::int64_t* start, F f) {
   const int r = full.ndim;
-  std::int64_t strides[kMaxRank], idx[kMaxRank] = {};
+  std::int64_t strides[kMaxRank];
   contiguous_strides(full.dims, r, strides);
   std::int64_t s = 0;
   for (int d = 0; d < r; ++d) s += start[d] * strides[d];
-  for (std::int64_t i = 0; i < part.size; ++i) {
-    f(i, s);
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      s += strides[d];
-      if (idx[d] < part.dims[d]) break;
-      s -= strides[d] * part.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<1>(part.dims, r, part.size, {strides}, {s},
+                  [&](std::int64_t i, const auto& o) { f(i, o[0]); });
 }
 
 template <class T>

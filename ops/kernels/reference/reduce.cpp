@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "engine/backend.hpp"
+#include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
 #include "ops/kernels/reference/reference.hpp"
@@ -28,18 +29,8 @@ struct ReduceWalk {
   }
   template <class F>
   void each(std::int64_t n, F f) const {
-    std::int64_t idx[kMaxRank] = {};
-    std::int64_t o = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      f(i, o);
-      for (int d = r - 1; d >= 0; --d) {
-        ++idx[d];
-        o += out_strides[d];
-        if (idx[d] < dims[d]) break;
-        o -= out_strides[d] * dims[d];
-        idx[d] = 0;
-      }
-    }
+    strided_walk<1>(dims, r, n, {out_strides}, {0},
+                    [&](std::int64_t i, const auto& o) { f(i, o[0]); });
   }
 };
 
@@ -106,49 +97,18 @@ void arg_kernel(const KernelCall& c) {
     }
 }
 
-// out (shape of in[1]) = g summed over the axes that broadcasting expanded.
-template <class T>
-void sum_to_like_kernel(const KernelCall& c) {
-  const ArrayRef& g = c.in[0];
-  const int r = g.ndim;
-  std::int64_t so[kMaxRank], idx[kMaxRank] = {};
-  broadcast_strides(c.out, r, g.dims, so);
-  const T* pg = ptr<T>(g);
-  T* y = ptr<T>(c.out);
-  for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
-  std::int64_t o = 0;
-  for (std::int64_t i = 0; i < g.size; ++i) {
-    y[o] = static_cast<T>(wrap_add(static_cast<Compute<T>>(y[o]), static_cast<Compute<T>>(pg[i])));
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      o += so[d];
-      if (idx[d] < g.dims[d]) break;
-      o -= so[d] * g.dims[d];
-      idx[d] = 0;
-    }
-  }
-}
 
 // out (shape of in[1]) = g broadcast.
 template <class T>
 void broadcast_to_like_kernel(const KernelCall& c) {
   const ArrayRef& g = c.in[0];
   const int r = c.out.ndim;
-  std::int64_t sg[kMaxRank], idx[kMaxRank] = {};
+  std::int64_t sg[kMaxRank];
   broadcast_strides(g, r, c.out.dims, sg);
   const T* pg = ptr<T>(g);
   T* y = ptr<T>(c.out);
-  std::int64_t o = 0;
-  for (std::int64_t i = 0; i < c.out.size; ++i) {
-    y[i] = pg[o];
-    for (int d = r - 1; d >= 0; --d) {
-      ++idx[d];
-      o += sg[d];
-      if (idx[d] < c.out.dims[d]) break;
-      o -= sg[d] * c.out.dims[d];
-      idx[d] = 0;
-    }
-  }
+  strided_walk<1>(c.out.dims, r, c.out.size, {sg}, {0},
+                  [&](std::int64_t i, const auto& o) { y[i] = pg[o[0]]; });
 }
 
 template <class... Ts>
@@ -164,7 +124,7 @@ void reg_all(Backend& b, TypeList<Ts...>) {
   (b.set(Op::Min, dtype_of<Ts>, &reduce_kernel<Ts, 3>), ...);
   (b.set(Op::ArgMax, dtype_of<Ts>, &arg_kernel<Ts, true>), ...);
   (b.set(Op::ArgMin, dtype_of<Ts>, &arg_kernel<Ts, false>), ...);
-  (b.set(Op::SumToLike, dtype_of<Ts>, &sum_to_like_kernel<Ts>), ...);
+  (b.set(Op::SumToLike, dtype_of<Ts>, &sum_to_like<Ts>), ...);
   (b.set(Op::BroadcastToLike, dtype_of<Ts>, &broadcast_to_like_kernel<Ts>), ...);
 }
 template <class... Ts>
