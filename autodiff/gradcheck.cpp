@@ -7,6 +7,7 @@
 #include "engine/errors.hpp"
 #include "engine/function.hpp"
 #include "engine/random.hpp"
+#include "ops/kernels/attrs.hpp"
 
 namespace ktape {
 
@@ -31,10 +32,9 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     r.set_item(i, 0.5 + rng::uniform(o.seed, 0, static_cast<std::uint64_t>(i)));
   const Tensor rc = make_source(Op::Constant, ys, DType::float64, "gradcheck_projection", r);
   const Tensor prod = make_node(Op::Mul, {y, rc}, {}, DType::float64);
-  Attrs all;
-  all.ints.push_back(0);
-  for (int d = 0; d < prod.ndim(); ++d) all.ints.push_back(d);
-  const Tensor loss = make_node(Op::Sum, {prod}, std::move(all), DType::float64);
+  std::vector<int> axes;
+  for (int d = 0; d < prod.ndim(); ++d) axes.push_back(d);
+  const Tensor loss = make_node(Op::Sum, {prod}, attrs::Reduce::make(false, axes), DType::float64);
 
   const std::vector<Tensor> grads = gradients(loss, phs);
   std::vector<Tensor> outs;

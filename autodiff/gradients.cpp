@@ -6,6 +6,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/graph_walk.hpp"
+#include "ops/kernels/attrs.hpp"
 
 namespace ktape {
 
@@ -76,9 +77,7 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vecto
     if (!on_path.count(y.node_ptr().get())) continue;
     Tensor seed = seeds[i];
     if (!seed.defined()) {
-      Attrs one;
-      one.floats = {1.0};
-      seed = make_node(Op::FillLike, {y}, std::move(one), y.dtype());
+      seed = make_node(Op::FillLike, {y}, attrs::Scalar::make(1.0), y.dtype());
     } else if (!provably_same_shape(seed.shape(), y.shape())) {
       seed = make_node(Op::SumToLike, {seed, y}, {}, seed.dtype());
     }

@@ -4,6 +4,7 @@
 
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/layout.hpp"
 #include "ops/op_util.hpp"
 
@@ -33,9 +34,9 @@ Shape assign_rule(const Node& n, const std::vector<Shape>& in) {
     bool ok = vs.ndim() == ns.ndim();
     for (int i = 0; ok && i < vs.ndim(); ++i) ok = ns[i] < 0 || ns[i] == vs[i];
     if (!ok)
-      throw ValueError(n.attrs.str + ": variable '" + n.inputs[0].name() + "' has shape " +
-                       vs.str() + " but the " + (k == 1 ? "new value" : "operand") + " has shape " +
-                       ns.str());
+      throw ValueError(attrs::Assign::of(n.attrs).fn + ": variable '" + n.inputs[0].name() +
+                       "' has shape " + vs.str() + " but the " +
+                       (k == 1 ? "new value" : "operand") + " has shape " + ns.str());
   }
   return vs;
 }
@@ -50,9 +51,8 @@ Tensor make_assign(const char* fn, const Tensor& x, const Tensor& new_x,
                     " but the new value is " + dtype(new_x));
   std::vector<Tensor> ins{x, new_x};
   if (operand.defined()) ins.push_back(operand);
-  Attrs a;
-  a.str = fn;
-  return make_node(Op::Assign, std::move(ins), std::move(a), x.dtype(), x.name() + "/assign");
+  return make_node(Op::Assign, std::move(ins), attrs::Assign::make(fn), x.dtype(),
+                   x.name() + "/assign");
 }
 Shape group_rule(const Node&, const std::vector<Shape>& in) { return in[0]; }
 
@@ -154,11 +154,9 @@ Tensor switch_(const Tensor& condition, const TensorOrFn& then_expression,
         "`then_expression` and `else_expression`. ndim(condition)=" +
         std::to_string(c.ndim()) + ", ndim(then_expression)=" + std::to_string(a.ndim()));
   if (c.ndim() > 0 && c.ndim() < er) {
-    std::vector<int> axes;
+    std::vector<std::int64_t> axes;
     for (int i = c.ndim(); i < er; ++i) axes.push_back(i);
-    Attrs at;
-    at.ints.assign(axes.begin(), axes.end());
-    c = make_node(Op::ExpandAxes, {c}, std::move(at), DType::bool_);
+    c = make_node(Op::ExpandAxes, {c}, attrs::IntList::make(std::move(axes)), DType::bool_);
   }
   Tensor r = make_node(Op::Select, {c, a, b}, {}, a.dtype());
   return r;

@@ -10,6 +10,7 @@
 #include "engine/log.hpp"
 #include "engine/random.hpp"
 #include "ops/control.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape::backend {
@@ -46,7 +47,10 @@ Tensor make_variable(NDArray value, const std::string& name, DType dtype) {
   return make_source(Op::Variable, s, dtype, unique_name(name, "Variable"), std::move(v));
 }
 
-Shape random_shape(const Node& n, const std::vector<Shape>&) { return Shape(n.attrs.ints); }
+Shape random_shape(const Node& n, const std::vector<Shape>&) {
+  const auto s = attrs::Random::of(n.attrs).shape;
+  return Shape(std::vector<std::int64_t>(s.begin(), s.end()));
+}
 
 Shape shape_of_rule(const Node&, const std::vector<Shape>& in) { return Shape{in[0].ndim()}; }
 
@@ -63,10 +67,7 @@ Tensor random_node(Op op, const Shape& shape, double a, double b, const RandomOp
   check_defined_shape(fn, shape);
   const DType dt = resolve_dtype(o.dtype, fn);
   if (!is_floating(dt)) throw TypeError(std::string(fn) + ": dtype must be a float type");
-  Attrs at;
-  at.ints = shape.dims();
-  at.floats = {a, b};
-  Tensor t = make_node(op, {}, std::move(at), dt, o.name);
+  Tensor t = make_node(op, {}, attrs::Random::make(shape.dims(), a, b), dt, o.name);
   t.node().seed = o.seed ? *o.seed : draw_seed();
   return t;
 }
@@ -262,15 +263,11 @@ Tensor eye(std::int64_t rows, std::int64_t cols, const CreateOptions& o) {
   return make_variable(a, o.name, dt);
 }
 Tensor zeros_like(const Tensor& x, const CreateOptions& o) {
-  Attrs a;
-  a.floats = {0.0};
-  return make_node(Op::FillLike, {x}, std::move(a),
+  return make_node(Op::FillLike, {x}, attrs::Scalar::make(0.0),
                    o.dtype.empty() ? x.dtype() : dtype_from_name(o.dtype, "K::zeros_like"), o.name);
 }
 Tensor ones_like(const Tensor& x, const CreateOptions& o) {
-  Attrs a;
-  a.floats = {1.0};
-  return make_node(Op::FillLike, {x}, std::move(a),
+  return make_node(Op::FillLike, {x}, attrs::Scalar::make(1.0),
                    o.dtype.empty() ? x.dtype() : dtype_from_name(o.dtype, "K::ones_like"), o.name);
 }
 Tensor identity(const Tensor& x, const std::string& name) {

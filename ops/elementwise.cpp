@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ops/core.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape {
@@ -62,18 +63,14 @@ Tensor sign(const Tensor& x) { return unary(Op::Sign, x, false); }
 Tensor round(const Tensor& x) { return unary(Op::Round, x, true); }
 Tensor pow(const Tensor& x, double a) {
   ops::check_float("K::pow", "x", x);
-  Attrs at;
-  at.floats = {a};
-  return make_node(Op::Pow, {x}, std::move(at), x.dtype());
+  return make_node(Op::Pow, {x}, attrs::Scalar::make(a), x.dtype());
 }
 Tensor clip(const Tensor& x, double min_value, double max_value) {
   if (x.dtype() == DType::bool_) throw TypeError("K::clip: not defined for bool tensors");
   if (std::isnan(min_value) || std::isnan(max_value))
     throw ValueError("K::clip: min_value and max_value must not be NaN");
   if (max_value < min_value) max_value = min_value;
-  Attrs at;
-  at.floats = {min_value, max_value};
-  return make_node(Op::Clip, {x}, std::move(at), x.dtype());
+  return make_node(Op::Clip, {x}, attrs::Clip::make(min_value, max_value), x.dtype());
 }
 Tensor maximum(const Tensor& x, const Tensor& y) { return binary(Op::Maximum, x, y); }
 Tensor minimum(const Tensor& x, const Tensor& y) { return binary(Op::Minimum, x, y); }
@@ -113,7 +110,7 @@ G log_grad(const Node& n, const Tensor&, const Tensor& g) { return {g / n.inputs
 G abs_grad(const Node& n, const Tensor&, const Tensor& g) { return {g * sign(n.inputs[0])}; }
 G sign_grad(const Node& n, const Tensor&, const Tensor&) { return {zeros_like(n.inputs[0])}; }
 G pow_grad(const Node& n, const Tensor&, const Tensor& g) {
-  const double a = n.attrs.floats[0];
+  const double a = attrs::Scalar::of(n.attrs).value;
   return {g * (a * pow(n.inputs[0], a - 1.0))};
 }
 G clip_grad(const Node& n, const Tensor&, const Tensor& g) {

@@ -4,6 +4,7 @@
 
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape::backend {
@@ -11,19 +12,17 @@ namespace ktape::backend {
 namespace {
 
 using G = std::vector<Tensor>;
-constexpr std::int64_t kCopyDim0 = -2;  // Reshape target entry: "dim 0 of the input"
+using attrs::kCopyDim0;
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
-  Attrs at;
-  at.ints = {ta ? 1 : 0, tb ? 1 : 0};
-  return make_node(Op::MatMul, {a, b}, std::move(at), a.dtype());
+  return make_node(Op::MatMul, {a, b}, attrs::MatMul::make(ta, tb), a.dtype());
 }
 
-// MatMul attrs: ints = {transpose_a, transpose_b}. An operand of rank > 2 is a stack of rows: its
+// MatMul (attrs::MatMul). An operand of rank > 2 is a stack of rows: its
 // leading dims flatten into one. a (..., K) . b (K, N) -> (..., N); a^T . b with a (..., M) and
 // b (..., N) over the same leading dims -> (M, N) (a sum over every row: weight gradients).
 Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
-  const bool ta = n.attrs.ints[0] != 0, tb = n.attrs.ints[1] != 0;
+  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
   const Shape& a = in[0];
   const Shape& b = in[1];
   auto fail = [&](const std::string& why) {
@@ -57,7 +56,7 @@ Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& a = n.inputs[0];
   const Tensor& b = n.inputs[1];
-  const bool ta = n.attrs.ints[0] != 0, tb = n.attrs.ints[1] != 0;
+  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
   if (!ta && !tb) return {matmul(g, b, false, true), matmul(a, g, true, false)};
   if (ta && !tb) return {matmul(b, g, false, true), matmul(a, g, false, false)};
   if (!ta && tb) return {matmul(g, b, false, false), matmul(g, a, true, false)};
@@ -67,12 +66,14 @@ G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
 // a . b over the rows of a: stacking a's rows (a per-step (B, K) into (T, B, K)) stacks the
 // results.
 unsigned matmul_stack_map(const Node& n) {
-  const bool plain = n.attrs.ints[0] == 0 && n.attrs.ints[1] == 0;
+  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const bool plain = !ta && !tb;
   return plain && n.inputs[0].ndim() == 2 && n.inputs[1].ndim() == 2 ? 0b01u : 0u;
 }
 // a^T . b sums over the rows both share: stacking both sums the per-step products.
 unsigned matmul_stack_sum(const Node& n) {
-  const bool at_b = n.attrs.ints[0] != 0 && n.attrs.ints[1] == 0;
+  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const bool at_b = ta && !tb;
   const Shape& a = n.inputs[0].shape();
   const Shape& b = n.inputs[1].shape();
   return at_b && a.ndim() == 2 && b.ndim() == 2 && a[1] >= 0 && b[1] >= 0 ? 0b11u : 0u;
@@ -80,27 +81,30 @@ unsigned matmul_stack_sum(const Node& n) {
 
 Shape transpose_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> s;
-  for (auto p : n.attrs.ints) s.push_back(in[0][static_cast<int>(p)]);
+  for (auto p : attrs::IntList::of(n.attrs).values) s.push_back(in[0][static_cast<int>(p)]);
   return Shape(std::move(s));
 }
 G transpose_grad(const Node& n, const Tensor&, const Tensor& g) {
-  std::vector<int> inv(n.attrs.ints.size());
+  const auto perm = attrs::IntList::of(n.attrs).values;
+  std::vector<int> inv(perm.size());
   for (std::size_t i = 0; i < inv.size(); ++i)
-    inv[static_cast<std::size_t>(n.attrs.ints[i])] = static_cast<int>(i);
+    inv[static_cast<std::size_t>(perm[i])] = static_cast<int>(i);
   return {permute_dimensions(g, inv)};
 }
 
 Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
   const Shape& x = in[0];
-  std::vector<std::int64_t> s = n.attrs.ints;
+  const auto target = attrs::IntList::of(n.attrs).values;
+  const Shape given(std::vector<std::int64_t>(target.begin(), target.end()));
+  std::vector<std::int64_t> s = given.dims();
   int infer = -1;
   std::int64_t known = 1;
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == kCopyDim0) s[i] = x[0];
-    if (s[i] == -1 && n.attrs.ints[i] == -1)
+    if (s[i] == -1 && target[i] == -1)
       infer = static_cast<int>(i);
     else if (s[i] >= 0 && __builtin_mul_overflow(known, s[i], &known))
-      throw ValueError("K::reshape: target shape " + Shape(n.attrs.ints).str() +
+      throw ValueError("K::reshape: target shape " + given.str() +
                        " has more elements than fit in a 64-bit count");
   }
   const std::int64_t total = x.num_elements();
@@ -111,17 +115,16 @@ Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
     if (infer >= 0) {
       if (known == 0 || total % known != 0)
         throw ValueError("K::reshape: cannot reshape a tensor of shape " + x.str() + " (" +
-                         std::to_string(total) + " elements) into " + Shape(n.attrs.ints).str());
+                         std::to_string(total) + " elements) into " + given.str());
       s[static_cast<std::size_t>(infer)] = total / known;
     } else if (known != total) {
       throw ValueError("K::reshape: cannot reshape a tensor of shape " + x.str() + " (" +
-                       std::to_string(total) + " elements) into " + Shape(n.attrs.ints).str());
+                       std::to_string(total) + " elements) into " + given.str());
     }
   } else if (infer >= 0) {
     s[static_cast<std::size_t>(infer)] = None;
     // batch_flatten-style targets: dim 0 copied and the rest of x known.
-    const bool copies_dim0 =
-        std::find(n.attrs.ints.begin(), n.attrs.ints.end(), kCopyDim0) != n.attrs.ints.end();
+    const bool copies_dim0 = std::find(target.begin(), target.end(), kCopyDim0) != target.end();
     std::int64_t rest = 1;
     bool rest_known = x.ndim() >= 1;
     for (int d = 1; d < x.ndim(); ++d) {
@@ -130,7 +133,7 @@ Shape reshape_rule(const Node& n, const std::vector<Shape>& in) {
     std::int64_t others = 1;
     bool others_known = true;
     for (std::size_t i = 0; i < s.size(); ++i) {
-      if (static_cast<int>(i) == infer || n.attrs.ints[i] == kCopyDim0) continue;
+      if (static_cast<int>(i) == infer || target[i] == kCopyDim0) continue;
       if (s[i] < 0 || __builtin_mul_overflow(others, s[i], &others)) others_known = false;
     }
     if (copies_dim0 && rest_known && others_known && others > 0 && rest % others == 0)
@@ -153,13 +156,14 @@ G reshape_like_grad(const Node& n, const Tensor&, const Tensor& gg) {
 
 Shape expand_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> s = in[0].dims();
-  for (auto a : n.attrs.ints) s.insert(s.begin() + a, 1);
+  for (auto a : attrs::IntList::of(n.attrs).values) s.insert(s.begin() + a, 1);
   return Shape(std::move(s));
 }
 Shape squeeze_rule(const Node& n, const std::vector<Shape>& in) {
+  const auto axes = attrs::IntList::of(n.attrs).values;
   std::vector<std::int64_t> s;
   for (int d = 0; d < in[0].ndim(); ++d) {
-    if (std::find(n.attrs.ints.begin(), n.attrs.ints.end(), d) != n.attrs.ints.end()) {
+    if (std::find(axes.begin(), axes.end(), d) != axes.end()) {
       if (in[0][d] != 1 && in[0][d] != None)
         throw ValueError("K::squeeze: cannot squeeze axis " + std::to_string(d) + " of shape " +
                          in[0].str() + ": its size is not 1");
@@ -179,7 +183,7 @@ G squeeze_grad(const Node& n, const Tensor&, const Tensor& g) {
 }
 
 Shape concat_rule(const Node& n, const std::vector<Shape>& in) {
-  const int axis = static_cast<int>(n.attrs.ints[0]);
+  const int axis = attrs::Axis::of(n.attrs).axis;
   std::vector<std::int64_t> s = in[0].dims();
   for (std::size_t k = 1; k < in.size(); ++k) {
     if (in[k].ndim() != in[0].ndim())
@@ -208,24 +212,24 @@ G concat_grad(const Node& n, const Tensor&, const Tensor& g) {
   for (std::size_t k = 0; k < n.inputs.size(); ++k) {
     std::vector<Tensor> ins{g};
     ins.insert(ins.end(), n.inputs.begin(), n.inputs.end());
-    Attrs at;
-    at.ints = {n.attrs.ints[0], static_cast<std::int64_t>(k)};
-    r.push_back(make_node(Op::ConcatPart, std::move(ins), std::move(at), g.dtype()));
+    r.push_back(make_node(Op::ConcatPart, std::move(ins),
+                          attrs::ConcatPart::make(attrs::Axis::of(n.attrs).axis, k), g.dtype()));
   }
   return r;
 }
 Shape concat_part_rule(const Node& n, const std::vector<Shape>& in) {
-  return in[static_cast<std::size_t>(1 + n.attrs.ints[1])];
+  return in[1 + attrs::ConcatPart::of(n.attrs).k];
 }
-// Slice attrs: ints = {start_0..start_r-1, size_0..size_r-1} (size -1: to the end).
+// Slice (attrs::Slice): start and size per axis (size -1: to the end).
 // SlicePad(g, x): x's shape, zeros except the slice, which holds g (the gradient of Slice).
 Shape slice_rule(const Node& n, const std::vector<Shape>& in) {
   const Shape& x = in[0];
   const int r = x.ndim();
+  const auto sl = attrs::Slice::of(n.attrs);
   std::vector<std::int64_t> d(static_cast<std::size_t>(r));
   for (int a = 0; a < r; ++a) {
-    const std::int64_t st = n.attrs.ints[static_cast<std::size_t>(a)];
-    const std::int64_t sz = n.attrs.ints[static_cast<std::size_t>(r + a)];
+    const std::int64_t st = sl.start[static_cast<std::size_t>(a)];
+    const std::int64_t sz = sl.size[static_cast<std::size_t>(a)];
     const std::int64_t dim = x[a];
     if (st < 0 || sz < -1 || (dim >= 0 && (st > dim || sz > dim - st)))
       throw ValueError("K::slice: start " + std::to_string(st) + " and size " + std::to_string(sz) +
@@ -242,15 +246,12 @@ G slice_pad_grad(const Node& n, const Tensor&, const Tensor& g) {
   return {make_node(Op::Slice, {g}, n.attrs, g.dtype()), Tensor()};
 }
 G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
-  const int axis = static_cast<int>(n.attrs.ints[0]);
-  const std::size_t k = static_cast<std::size_t>(n.attrs.ints[1]);
+  const auto [axis, k] = attrs::ConcatPart::of(n.attrs);
   std::vector<Tensor> parts;
   for (std::size_t i = 1; i < n.inputs.size(); ++i)
     parts.push_back(i - 1 == k ? gg : zeros_like(n.inputs[i], {.dtype = dtype(gg)}));
   G r(n.inputs.size());
-  Attrs at;
-  at.ints = {axis};
-  r[0] = make_node(Op::Concat, std::move(parts), std::move(at), gg.dtype());
+  r[0] = make_node(Op::Concat, std::move(parts), attrs::Axis::make(axis), gg.dtype());
   return r;
 }
 
@@ -312,9 +313,8 @@ Tensor permute_dimensions(const Tensor& x, const std::vector<int>& pattern) {
     ident = ident && p == static_cast<int>(i);
   }
   if (ident) return x;
-  Attrs at;
-  at.ints.assign(pattern.begin(), pattern.end());
-  return make_node(Op::Transpose, {x}, std::move(at), x.dtype());
+  return make_node(Op::Transpose, {x}, attrs::IntList::make({pattern.begin(), pattern.end()}),
+                   x.dtype());
 }
 
 Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
@@ -327,30 +327,24 @@ Tensor reshape(const Tensor& x, const std::vector<std::int64_t>& shape) {
   }
   if (n_infer > 1)
     throw ValueError("K::reshape: can only infer one unknown dim (-1), got " + Shape(shape).str());
-  Attrs at;
-  at.ints = shape;
-  return make_node(Op::Reshape, {x}, std::move(at), x.dtype());
+  return make_node(Op::Reshape, {x}, attrs::IntList::make(shape), x.dtype());
 }
 Tensor flatten(const Tensor& x) { return reshape(x, {-1}); }
 Tensor batch_flatten(const Tensor& x) {
   if (x.ndim() < 1) throw ValueError("K::batch_flatten: x must have rank >= 1");
-  Attrs at;
-  at.ints = {kCopyDim0, -1};
-  return make_node(Op::Reshape, {x}, std::move(at), x.dtype());
+  return make_node(Op::Reshape, {x}, attrs::IntList::make({kCopyDim0, -1}), x.dtype());
 }
 Tensor expand_dims(const Tensor& x, int axis) {
   const int r = x.ndim();
   if (axis < -(r + 1) || axis > r)
     throw ValueError("K::expand_dims: axis " + std::to_string(axis) +
                      " out of range for a tensor of shape " + x.shape().str());
-  Attrs at;
-  at.ints = {axis < 0 ? axis + r + 1 : axis};
-  return make_node(Op::ExpandAxes, {x}, std::move(at), x.dtype());
+  return make_node(Op::ExpandAxes, {x}, attrs::IntList::make({axis < 0 ? axis + r + 1 : axis}),
+                   x.dtype());
 }
 Tensor squeeze(const Tensor& x, int axis) {
-  Attrs at;
-  at.ints = {normalize_axis(axis, x.ndim(), "K::squeeze")};
-  return make_node(Op::SqueezeAxes, {x}, std::move(at), x.dtype());
+  return make_node(Op::SqueezeAxes, {x},
+                   attrs::IntList::make({normalize_axis(axis, x.ndim(), "K::squeeze")}), x.dtype());
 }
 Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
   if (tensors.empty()) throw ValueError("K::concatenate: needs at least one tensor");
@@ -358,9 +352,7 @@ Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
   if (tensors[0].ndim() == 0) throw ValueError("K::concatenate: cannot concatenate scalars");
   const int a = normalize_axis(axis, tensors[0].ndim(), "K::concatenate");
   if (tensors.size() == 1) return tensors[0];
-  Attrs at;
-  at.ints = {a};
-  return make_node(Op::Concat, tensors, std::move(at), tensors[0].dtype());
+  return make_node(Op::Concat, tensors, attrs::Axis::make(a), tensors[0].dtype());
 }
 
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,
@@ -369,10 +361,7 @@ Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,
     throw ValueError("K::slice: start and size need one entry per axis of " + x.shape().str() +
                      " (got " + std::to_string(start.size()) + " and " +
                      std::to_string(size.size()) + ")");
-  Attrs a;
-  a.ints = start;
-  a.ints.insert(a.ints.end(), size.begin(), size.end());
-  return make_node(Op::Slice, {x}, std::move(a), x.dtype());
+  return make_node(Op::Slice, {x}, attrs::Slice::make(start, size), x.dtype());
 }
 
 Tensor stack(const std::vector<Tensor>& tensors, int axis) {

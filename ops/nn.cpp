@@ -5,6 +5,7 @@
 
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/layout.hpp"
 #include "ops/op_util.hpp"
 #include "ops/reductions.hpp"
@@ -16,17 +17,13 @@ namespace {
 using G = std::vector<Tensor>;
 
 Tensor last_axis_expand(const Tensor& g) {
-  Attrs at;
-  at.ints = {g.ndim()};
-  return make_node(Op::ExpandAxes, {g}, std::move(at), g.dtype());
+  return make_node(Op::ExpandAxes, {g}, attrs::IntList::make({g.ndim()}), g.dtype());
 }
 
 Tensor softmax_like(Op op, const Tensor& x, int axis, const char* fn) {
   ops::check_float(fn, "x", x);
   if (x.ndim() == 0) throw ValueError(std::string(fn) + ": cannot apply softmax to a scalar");
-  Attrs at;
-  at.ints = {normalize_axis(axis, x.ndim(), fn)};
-  return make_node(op, {x}, std::move(at), x.dtype());
+  return make_node(op, {x}, attrs::Axis::make(normalize_axis(axis, x.ndim(), fn)), x.dtype());
 }
 
 Tensor log_softmax(const Tensor& x, int axis) {
@@ -44,11 +41,11 @@ G relu_grad_grad(const Node& n, const Tensor&, const Tensor& gg) {
 G sigmoid_grad(const Node&, const Tensor& y, const Tensor& g) { return {g * (y * (1.0 - y))}; }
 G tanh_grad(const Node&, const Tensor& y, const Tensor& g) { return {g * (1.0 - square(y))}; }
 G softmax_grad(const Node& n, const Tensor& y, const Tensor& g) {
-  const int axis = static_cast<int>(n.attrs.ints[0]);
+  const int axis = attrs::Axis::of(n.attrs).axis;
   return {y * (g - sum(g * y, axis, true))};
 }
 G log_softmax_grad(const Node& n, const Tensor& y, const Tensor& g) {
-  const int axis = static_cast<int>(n.attrs.ints[0]);
+  const int axis = attrs::Axis::of(n.attrs).axis;
   return {g - exp(y) * sum(g, axis, true)};
 }
 G sparse_ce_grad(const Node& n, const Tensor&, const Tensor& g) {
@@ -56,9 +53,7 @@ G sparse_ce_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& logits = n.inputs[1];
   const int classes = static_cast<int>(logits.shape()[logits.ndim() - 1]);
   const Tensor p = softmax(logits, -1);
-  Attrs at;
-  at.ints = {classes};
-  const Tensor hot = make_node(Op::OneHot, {labels}, std::move(at), logits.dtype());
+  const Tensor hot = make_node(Op::OneHot, {labels}, attrs::OneHot::make(classes), logits.dtype());
   return {Tensor(), (p - hot) * last_axis_expand(g)};
 }
 
@@ -78,21 +73,23 @@ Shape sparse_ce_rule(const Node&, const std::vector<Shape>& in) {
 }
 Shape one_hot_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> s = in[0].dims();
-  s.push_back(n.attrs.ints[0]);
+  s.push_back(attrs::OneHot::of(n.attrs).depth);
   return Shape(std::move(s));
 }
 Shape dropout_mask_rule(const Node& n, const std::vector<Shape>& in) {
-  if (n.attrs.ints.empty() && n.attrs.str.empty()) return in[0];
+  const auto a = attrs::Dropout::of(n.attrs);
+  if (!a.has_noise_shape) return in[0];
   const Shape& x = in[0];
-  if (static_cast<int>(n.attrs.ints.size()) != x.ndim())
-    throw ValueError("K::dropout: noise_shape has rank " + std::to_string(n.attrs.ints.size()) +
+  const Shape given(std::vector<std::int64_t>(a.noise_shape.begin(), a.noise_shape.end()));
+  if (given.ndim() != x.ndim())
+    throw ValueError("K::dropout: noise_shape has rank " + std::to_string(given.ndim()) +
                      " but x has shape " + x.str());
-  std::vector<std::int64_t> s = n.attrs.ints;
+  std::vector<std::int64_t> s = given.dims();
   for (int i = 0; i < x.ndim(); ++i) {
     auto& d = s[static_cast<std::size_t>(i)];
     if (d < 0) d = x[i];
     if (d != 1 && d >= 0 && x[i] >= 0 && d != x[i])
-      throw ValueError("K::dropout: noise_shape " + Shape(n.attrs.ints).str() +
+      throw ValueError("K::dropout: noise_shape " + given.str() +
                        " is not broadcastable to x's shape " + x.str());
   }
   return Shape(std::move(s));
@@ -103,10 +100,12 @@ Shape dropout_mask_rule(const Node& n, const std::vector<Shape>& in) {
 Tensor relu(const Tensor& x, const ReluOptions& o) {
   ops::check_float("K::relu", "x", x);
   if (o.max_value && std::isnan(*o.max_value)) throw ValueError("K::relu: max_value is NaN");
-  Attrs at;
-  at.floats = {o.alpha, o.max_value ? *o.max_value : std::numeric_limits<double>::infinity(),
-               o.threshold};
-  return make_node(Op::Relu, {x}, std::move(at), x.dtype());
+  return make_node(
+      Op::Relu, {x},
+      attrs::Relu::make(o.alpha,
+                        o.max_value ? *o.max_value : std::numeric_limits<double>::infinity(),
+                        o.threshold),
+      x.dtype());
 }
 Tensor sigmoid(const Tensor& x) {
   ops::check_float("K::sigmoid", "x", x);
@@ -126,13 +125,9 @@ Tensor dropout(const Tensor& x, double level, const DropoutOptions& o) {
     throw ValueError("K::dropout: Dropout level must be in interval [0, 1[, got " +
                      std::to_string(level));
   if (level == 0.0) return x;
-  Attrs at;
-  at.floats = {level};
-  if (o.noise_shape) {
-    at.ints = o.noise_shape->dims();
-    at.str = "noise_shape";
-  }
-  Tensor mask = make_node(Op::DropoutMask, {x}, std::move(at), x.dtype());
+  Tensor mask = make_node(
+      Op::DropoutMask, {x},
+      attrs::Dropout::make(level, o.noise_shape ? &o.noise_shape->dims() : nullptr), x.dtype());
   mask.node().seed = o.seed ? *o.seed : draw_seed();
   return x * mask;
 }
@@ -193,9 +188,7 @@ Tensor one_hot(const Tensor& indices, int num_classes, const std::string& dt) {
   if (num_classes < 0) throw ValueError("K::one_hot: num_classes must be >= 0");
   if (is_floating(indices.dtype()) || indices.dtype() == DType::bool_)
     throw TypeError("K::one_hot: indices must be an integer tensor, got " + dtype(indices));
-  Attrs at;
-  at.ints = {num_classes};
-  return make_node(Op::OneHot, {indices}, std::move(at),
+  return make_node(Op::OneHot, {indices}, attrs::OneHot::make(num_classes),
                    dt.empty() ? DType::float32 : dtype_from_name(dt, "K::one_hot"));
 }
 

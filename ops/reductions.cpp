@@ -4,18 +4,18 @@
 
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 
 namespace ktape::backend {
 
 namespace {
 
-// attrs.ints = {keepdims, axes...} with axes normalised and sorted.
 Tensor reduce(Op op, const Tensor& x, const ReduceOptions& o) {
   const std::string fn = ops::fn_name(op);
   if (x.dtype() == DType::bool_) throw TypeError(fn + ": cast a bool tensor before reducing it");
   if (op == Op::Mean) ops::check_float(fn.c_str(), "x", x);
-  std::vector<std::int64_t> axes;
+  std::vector<int> axes;
   if (o.axis) {
     for (int a : *o.axis) axes.push_back(normalize_axis(a, x.ndim(), fn.c_str()));
     std::sort(axes.begin(), axes.end());
@@ -25,17 +25,14 @@ Tensor reduce(Op op, const Tensor& x, const ReduceOptions& o) {
   } else {
     for (int a = 0; a < x.ndim(); ++a) axes.push_back(a);
   }
-  Attrs at;
-  at.ints.push_back(o.keepdims ? 1 : 0);
-  at.ints.insert(at.ints.end(), axes.begin(), axes.end());
-  return make_node(op, {x}, std::move(at), x.dtype());
+  return make_node(op, {x}, attrs::Reduce::make(o.keepdims, axes), x.dtype());
 }
 
 Shape reduce_rule(const Node& n, const std::vector<Shape>& in) {
-  const bool keep = n.attrs.ints[0] != 0;
+  const auto a = attrs::Reduce::of(n.attrs);
+  const bool keep = a.keepdims;
   std::vector<bool> red(static_cast<std::size_t>(in[0].ndim()), false);
-  for (std::size_t k = 1; k < n.attrs.ints.size(); ++k)
-    red[static_cast<std::size_t>(n.attrs.ints[k])] = true;
+  for (auto axis : a.axes) red[static_cast<std::size_t>(axis)] = true;
   std::vector<std::int64_t> out;
   for (int d = 0; d < in[0].ndim(); ++d) {
     if (!red[static_cast<std::size_t>(d)])
@@ -49,24 +46,22 @@ Shape reduce_rule(const Node& n, const std::vector<Shape>& in) {
 Tensor arg(Op op, const Tensor& x, int axis) {
   const std::string fn = ops::fn_name(op);
   if (x.dtype() == DType::bool_) throw TypeError(fn + ": cast a bool tensor first");
-  Attrs at;
-  at.ints = {normalize_axis(axis, x.ndim(), fn.c_str())};
-  return make_node(op, {x}, std::move(at), DType::int64);
+  return make_node(op, {x}, attrs::Axis::make(normalize_axis(axis, x.ndim(), fn.c_str())),
+                   DType::int64);
 }
 
 Shape arg_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> out = in[0].dims();
-  out.erase(out.begin() + n.attrs.ints[0]);
+  out.erase(out.begin() + attrs::Axis::of(n.attrs).axis);
   return Shape(std::move(out));
 }
 
 // The reduced gradient with the reduced axes put back as size-1 dims.
 Tensor keep_dims(const Node& n, const Tensor& g) {
-  if (n.attrs.ints[0] != 0) return g;
-  Attrs at;
-  at.ints.assign(n.attrs.ints.begin() + 1, n.attrs.ints.end());
-  if (at.ints.empty()) return g;
-  return make_node(Op::ExpandAxes, {g}, std::move(at), g.dtype());
+  const auto a = attrs::Reduce::of(n.attrs);
+  if (a.keepdims || a.axes.empty()) return g;
+  return make_node(Op::ExpandAxes, {g}, attrs::IntList::make({a.axes.begin(), a.axes.end()}),
+                   g.dtype());
 }
 
 Tensor broadcast_to_like(const Tensor& g, const Tensor& like) {
@@ -90,7 +85,8 @@ G extremum_grad(const Node& n, const Tensor& y, const Tensor& g) {
   const Tensor& x = n.inputs[0];
   const Tensor mask = cast(equal(x, keep_dims(n, y)), dtype(g));
   ReduceOptions ro;
-  ro.axis = std::vector<int>(n.attrs.ints.begin() + 1, n.attrs.ints.end());
+  const auto axes = attrs::Reduce::of(n.attrs).axes;
+  ro.axis = std::vector<int>(axes.begin(), axes.end());
   ro.keepdims = true;
   const Tensor count = sum(mask, ro);
   return {mask * (keep_dims(n, g) / count)};

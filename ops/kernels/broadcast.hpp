@@ -19,7 +19,8 @@ void binary(const KernelCall& c, F f) {
   const TB* pb = ptr<TB>(b);
   TO* out = ptr<TO>(c.out);
   strided_walk<2>(c.out.dims, r, c.out.size, {sa, sb}, {0, 0}, [&](std::int64_t i, const auto& o) {
-    out[i] = static_cast<TO>(f(static_cast<Compute<TA>>(pa[o[0]]), static_cast<Compute<TB>>(pb[o[1]])));
+    out[i] =
+        static_cast<TO>(f(static_cast<Compute<TA>>(pa[o[0]]), static_cast<Compute<TB>>(pb[o[1]])));
   });
 }
 
@@ -34,8 +35,8 @@ void sum_to_like(const KernelCall& c) {
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
   strided_walk<1>(g.dims, r, g.size, {so}, {0}, [&](std::int64_t i, const auto& o) {
-    y[o[0]] = static_cast<T>(
-        wrap_add(static_cast<Compute<T>>(y[o[0]]), static_cast<Compute<T>>(pg[i])));
+    y[o[0]] =
+        static_cast<T>(wrap_add(static_cast<Compute<T>>(y[o[0]]), static_cast<Compute<T>>(pg[i])));
   });
 }
 

@@ -53,12 +53,10 @@ Shape scan_part_rule(const Node& n, const std::vector<Shape>&) {
 }
 Shape scan_embed_rule(const Node&, const std::vector<Shape>&) { return Shape{-1}; }
 
-int part_of(const Node& n) { return static_cast<int>(n.attrs.ints[0]); }
+int part_of(const Node& n) { return attrs::ScanPart::of(n.attrs).part; }
 
 Tensor part_node(Op op, const Tensor& buf, const Tensor& scan, int part) {
-  Attrs a;
-  a.ints = {part};
-  return make_node(op, {buf, scan}, std::move(a), buf.dtype());
+  return make_node(op, {buf, scan}, attrs::ScanPart::make(part), buf.dtype());
 }
 
 std::vector<Tensor> scan_part_grad(const Node& n, const Tensor&, const Tensor& g) {
@@ -89,8 +87,7 @@ ClosedBody close_body(const std::vector<Tensor>& params, const std::vector<Tenso
   std::vector<Node*> roots;
   for (const auto& r : results) roots.push_back(r.node_ptr().get());
   const auto reached = reachable_in_tape_order(
-      roots, [&](Node* n) { return depends(n); },
-      [&](Node* n) { return param_set.count(n) > 0; });
+      roots, [&](Node* n) { return depends(n); }, [&](Node* n) { return param_set.count(n) > 0; });
   std::vector<Node*> body, caps;
   for (Node* n : reached) {
     if (!depends(n)) {

@@ -6,6 +6,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/plan.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/loops/scan_internal.hpp"
 
 namespace ktape::loops {
@@ -135,7 +136,7 @@ void run_scan(const KernelCall& c) {
 void run_scan_part(const KernelCall& c) {
   const auto& l = *static_cast<const ScanLayout*>(c.ctx);
   const std::size_t es = dtype_size(c.out.dtype);
-  const auto k = static_cast<std::size_t>(c.attrs->ints[0]);  // the part
+  const auto k = static_cast<std::size_t>(attrs::ScanPart::of(*c.attrs).part);
   std::memcpy(c.out.data,
               static_cast<const char*>(c.in[0].data) + static_cast<std::size_t>(l.offset[k]) * es,
               static_cast<std::size_t>(c.out.size) * es);
@@ -144,7 +145,7 @@ void run_scan_part(const KernelCall& c) {
 void run_scan_embed(const KernelCall& c) {
   const auto& l = *static_cast<const ScanLayout*>(c.ctx);
   const std::size_t es = dtype_size(c.out.dtype);
-  const auto k = static_cast<std::size_t>(c.attrs->ints[0]);
+  const auto k = static_cast<std::size_t>(attrs::ScanPart::of(*c.attrs).part);
   std::memset(c.out.data, 0, static_cast<std::size_t>(c.out.size) * es);
   std::memcpy(static_cast<char*>(c.out.data) + static_cast<std::size_t>(l.offset[k]) * es,
               c.in[0].data, static_cast<std::size_t>(c.in[0].size) * es);

@@ -55,7 +55,7 @@ IncomingGrads analyze_grads(const Tensor& g, const Tensor& y) {
       r.known = false;
       return r;
     }
-    r.parts[t.node().attrs.ints[0]].push_back(t.node().inputs[0]);
+    r.parts[part_of(t.node())].push_back(t.node().inputs[0]);
   }
   return r;
 }

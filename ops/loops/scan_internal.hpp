@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/graph.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/loops/scan.hpp"
 
 namespace ktape::loops {

@@ -5,6 +5,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/random.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
@@ -121,17 +122,18 @@ void sigmoid_kernel(const KernelCall& c) {
 }
 template <class T>
 void relu_kernel(const KernelCall& c) {
-  const auto& f = c.attrs->floats;
-  unary_loop<T>(c, ReluF{f[0], f[1], f[2]}, 1.0);
+  const auto f = attrs::Relu::of(*c.attrs);
+  unary_loop<T>(c, ReluF{f.alpha, f.max_value, f.threshold}, 1.0);
 }
 template <class T>
 void relu_grad_kernel(const KernelCall& c) {
-  const auto& f = c.attrs->floats;
-  binary_fast<T>(c, ReluGradF{f[0], f[1], f[2]});
+  const auto f = attrs::Relu::of(*c.attrs);
+  binary_fast<T>(c, ReluGradF{f.alpha, f.max_value, f.threshold});
 }
 template <class T>
 void clip_kernel(const KernelCall& c) {
-  const T lo = static_cast<T>(c.attrs->floats[0]), hi = static_cast<T>(c.attrs->floats[1]);
+  const auto clip = attrs::Clip::of(*c.attrs);
+  const T lo = static_cast<T>(clip.lo), hi = static_cast<T>(clip.hi);
   unary_loop<T>(
       c, [lo, hi](T v) { return v < lo ? lo : (v > hi ? hi : v); }, 1.0);
 }
@@ -174,7 +176,7 @@ void add_n_kernel(const KernelCall& c) {
 
 template <class T>
 void dropout_mask_kernel(const KernelCall& c) {
-  const double keep = 1.0 - c.attrs->floats[0];
+  const double keep = 1.0 - attrs::Dropout::of(*c.attrs).level;
   const T scale = static_cast<T>(1.0 / keep);
   const std::uint64_t key = rng::stream_key(c.seed, c.counter);
   T* y = ptr<T>(c.out);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/backend.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
 
@@ -40,7 +41,7 @@ void slice_kernel(const KernelCall& c) {
   const char* x = static_cast<const char*>(c.in[0].data);
   char* y = static_cast<char*>(c.out.data);
   if (c.out.size == 0) return;
-  for_runs(c.in[0], c.out, c.attrs->ints.data(),
+  for_runs(c.in[0], c.out, attrs::Slice::of(*c.attrs).start.data(),
            [&](std::int64_t fo, std::int64_t po, std::int64_t n) {
              std::memcpy(y + po * static_cast<std::int64_t>(es),
                          x + fo * static_cast<std::int64_t>(es), static_cast<std::size_t>(n) * es);
@@ -53,7 +54,7 @@ void slice_pad_kernel(const KernelCall& c) {
   char* y = static_cast<char*>(c.out.data);
   std::memset(y, 0, static_cast<std::size_t>(c.out.size) * es);
   if (c.in[0].size == 0) return;
-  for_runs(c.out, c.in[0], c.attrs->ints.data(),
+  for_runs(c.out, c.in[0], attrs::Slice::of(*c.attrs).start.data(),
            [&](std::int64_t fo, std::int64_t po, std::int64_t n) {
              std::memcpy(y + fo * static_cast<std::int64_t>(es),
                          g + po * static_cast<std::int64_t>(es), static_cast<std::size_t>(n) * es);

@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include "engine/backend.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
 
@@ -17,7 +18,7 @@ using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 
 template <class T>
 void matmul_kernel(const KernelCall& c) {
-  const bool ta = c.attrs->ints[0] != 0, tb = c.attrs->ints[1] != 0;
+  const auto [ta, tb] = attrs::MatMul::of(*c.attrs);
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).

@@ -4,6 +4,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/saturate.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
@@ -37,17 +38,17 @@ void compare_kernel(const KernelCall& c) {
 
 template <class T>
 void relu_kernel(const KernelCall& c) {
-  const auto& f = c.attrs->floats;
-  unary<T>(c, ReluF{f[0], f[1], f[2]});
+  const auto r = attrs::Relu::of(*c.attrs);
+  unary<T>(c, ReluF{r.alpha, r.max_value, r.threshold});
 }
 template <class T>
 void relu_grad_kernel(const KernelCall& c) {
-  const auto& f = c.attrs->floats;
-  binary<T, T, T>(c, ReluGradF{f[0], f[1], f[2]});
+  const auto r = attrs::Relu::of(*c.attrs);
+  binary<T, T, T>(c, ReluGradF{r.alpha, r.max_value, r.threshold});
 }
 template <class T>
 void clip_kernel(const KernelCall& c) {
-  const double lo = c.attrs->floats[0], hi = c.attrs->floats[1];
+  const auto [lo, hi] = attrs::Clip::of(*c.attrs);
   unary<T>(c, [lo, hi](auto x) {
     using C = decltype(x);
     const double v = static_cast<double>(x);
@@ -56,7 +57,7 @@ void clip_kernel(const KernelCall& c) {
 }
 template <class T>
 void clip_grad_kernel(const KernelCall& c) {
-  const double lo = c.attrs->floats[0], hi = c.attrs->floats[1];
+  const auto [lo, hi] = attrs::Clip::of(*c.attrs);
   binary<T, T, T>(c, [lo, hi](auto x, auto g) {
     using C = decltype(x);
     const double v = static_cast<double>(x);
@@ -65,7 +66,7 @@ void clip_grad_kernel(const KernelCall& c) {
 }
 template <class T>
 void pow_kernel(const KernelCall& c) {
-  const double a = c.attrs->floats[0];
+  const double a = attrs::Scalar::of(*c.attrs).value;
   unary<T>(c, [a](auto x) {
     using C = decltype(x);
     return static_cast<C>(std::pow(static_cast<double>(x), a));
@@ -117,7 +118,7 @@ void cast_kernel(const KernelCall& c) {
 
 template <class T>
 void fill_like_kernel(const KernelCall& c) {
-  const T v = static_cast<T>(saturate_cast<Compute<T>>(c.attrs->floats[0]));
+  const T v = static_cast<T>(saturate_cast<Compute<T>>(attrs::Scalar::of(*c.attrs).value));
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = v;
 }

@@ -3,6 +3,7 @@
 // Transpose attrs: ints = perm. Concat attrs: ints = {axis}.
 // ConcatPart(g, x0..xn-1) attrs: ints = {axis, k}: the slice of g that concatenation took from xk.
 #include "engine/backend.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
 #include "ops/kernels/reference/reference.hpp"
@@ -14,7 +15,7 @@ namespace {
 template <class T>
 void matmul_kernel(const KernelCall& c) {
   using C = Compute<T>;
-  const bool ta = c.attrs->ints[0] != 0, tb = c.attrs->ints[1] != 0;
+  const auto [ta, tb] = attrs::MatMul::of(*c.attrs);
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).
@@ -42,7 +43,7 @@ void transpose_kernel(const KernelCall& c) {
   std::int64_t in_strides[kMaxRank], src_strides[kMaxRank];
   contiguous_strides(in.dims, r, in_strides);
   for (int d = 0; d < r; ++d)
-    src_strides[d] = in_strides[c.attrs->ints[static_cast<std::size_t>(d)]];
+    src_strides[d] = in_strides[attrs::IntList::of(*c.attrs).values[static_cast<std::size_t>(d)]];
   const T* x = ptr<T>(in);
   T* y = ptr<T>(c.out);
   strided_walk<1>(c.out.dims, r, c.out.size, {src_strides}, {0},
@@ -51,7 +52,7 @@ void transpose_kernel(const KernelCall& c) {
 
 template <class T>
 void concat_kernel(const KernelCall& c) {
-  const int axis = static_cast<int>(c.attrs->ints[0]);
+  const int axis = attrs::Axis::of(*c.attrs).axis;
   std::int64_t outer, n_out, inner;
   split_axis(c.out.dims, c.out.ndim, axis, outer, n_out, inner);
   T* y = ptr<T>(c.out);
@@ -68,8 +69,7 @@ void concat_kernel(const KernelCall& c) {
 
 template <class T>
 void concat_part_kernel(const KernelCall& c) {
-  const int axis = static_cast<int>(c.attrs->ints[0]);
-  const int part = static_cast<int>(c.attrs->ints[1]);
+  const auto [axis, part] = attrs::ConcatPart::of(*c.attrs);
   const ArrayRef& g = c.in[0];
   std::int64_t outer, n_g, inner;
   split_axis(g.dims, g.ndim, axis, outer, n_g, inner);
@@ -99,7 +99,7 @@ template <class T>
 void slice_kernel(const KernelCall& c) {
   const T* x = ptr<T>(c.in[0]);
   T* y = ptr<T>(c.out);
-  for_slice(c.in[0], c.out, c.attrs->ints.data(),
+  for_slice(c.in[0], c.out, attrs::Slice::of(*c.attrs).start.data(),
             [&](std::int64_t i, std::int64_t s) { y[i] = x[s]; });
 }
 
@@ -108,7 +108,7 @@ void slice_pad_kernel(const KernelCall& c) {
   const T* g = ptr<T>(c.in[0]);
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = T(0);
-  for_slice(c.out, c.in[0], c.attrs->ints.data(),
+  for_slice(c.out, c.in[0], attrs::Slice::of(*c.attrs).start.data(),
             [&](std::int64_t i, std::int64_t s) { y[s] = g[i]; });
 }
 

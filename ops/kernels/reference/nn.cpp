@@ -10,6 +10,7 @@
 #include "engine/errors.hpp"
 #include "engine/random.hpp"
 #include "engine/saturate.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
 #include "ops/kernels/reference/reference.hpp"
@@ -34,7 +35,7 @@ void softmax_kernel(const KernelCall& c) {
   using C = Compute<T>;
   const ArrayRef& in = c.in[0];
   std::int64_t outer, n, inner;
-  split_axis(in.dims, in.ndim, static_cast<int>(c.attrs->ints[0]), outer, n, inner);
+  split_axis(in.dims, in.ndim, attrs::Axis::of(*c.attrs).axis, outer, n, inner);
   const T* x = ptr<T>(in);
   T* y = ptr<T>(c.out);
   for (std::int64_t o = 0; o < outer; ++o)
@@ -78,7 +79,7 @@ void sparse_softmax_ce_kernel(const KernelCall& c) {
 
 template <class T>
 void one_hot_kernel(const KernelCall& c) {
-  const std::int64_t depth = c.attrs->ints[0];
+  const std::int64_t depth = attrs::OneHot::of(*c.attrs).depth;
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) y[i] = static_cast<T>(Compute<T>(0));
   for (std::int64_t r = 0; r < c.in[0].size; ++r) {
@@ -89,7 +90,7 @@ void one_hot_kernel(const KernelCall& c) {
 
 template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal
 void random_kernel(const KernelCall& c) {
-  const double a = c.attrs->floats[0], b = c.attrs->floats[1];
+  const auto [shape, a, b] = attrs::Random::of(*c.attrs);
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) {
     const auto u = static_cast<std::uint64_t>(i);
@@ -106,7 +107,7 @@ void random_kernel(const KernelCall& c) {
 
 template <class T>
 void dropout_mask_kernel(const KernelCall& c) {
-  const double level = c.attrs->floats[0];
+  const double level = attrs::Dropout::of(*c.attrs).level;
   const double keep = 1.0 - level;
   const auto scale = static_cast<Compute<T>>(1.0 / keep);
   T* y = ptr<T>(c.out);

@@ -1,9 +1,9 @@
 // Reference kernels for reductions and the broadcasting helpers of gradients.
-// Sum/Mean/Max/Min attrs: ints = {keepdims, axis...} (axes normalised, ascending).
-// ArgMax/ArgMin attrs: ints = {axis}.
+// Attributes: attrs::Reduce (Sum, Mean, Max, Min), attrs::Axis (ArgMax, ArgMin).
 #include <limits>
 
 #include "engine/backend.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
@@ -20,7 +20,7 @@ struct ReduceWalk {
   const std::int64_t* dims;
   ReduceWalk(const ArrayRef& in, const Attrs& a) : r(in.ndim), dims(in.dims) {
     bool reduced[kMaxRank] = {};
-    for (std::size_t k = 1; k < a.ints.size(); ++k) reduced[a.ints[k]] = true;
+    for (auto axis : attrs::Reduce::of(a).axes) reduced[axis] = true;
     std::int64_t s = 1;
     for (int d = r - 1; d >= 0; --d) {
       out_strides[d] = reduced[d] ? 0 : s;
@@ -70,7 +70,7 @@ void reduce_kernel(const KernelCall& c) {
 template <class T, bool IsMax>
 void arg_kernel(const KernelCall& c) {
   const ArrayRef& in = c.in[0];
-  const int axis = static_cast<int>(c.attrs->ints[0]);
+  const int axis = attrs::Axis::of(*c.attrs).axis;
   std::int64_t outer, n, inner;
   split_axis(in.dims, in.ndim, axis, outer, n, inner);
   const T* x = ptr<T>(in);
@@ -96,7 +96,6 @@ void arg_kernel(const KernelCall& c) {
       y[o * inner + k] = best;
     }
 }
-
 
 // out (shape of in[1]) = g broadcast.
 template <class T>

@@ -1,0 +1,47 @@
+// The one grain policy of ktape's parallel work (kernels and fused passes alike): how to split
+// n items of a given cost into oneTBB tasks. Work below ~2 tasks' worth runs serially; above,
+// it splits into fixed chunks of about kTaskWork cost each. Chunk boundaries depend only on n,
+// the cost and the alignment — never on the thread count or on timing — so every result is
+// the same at any thread count. Internal.
+#pragma once
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace ktape {
+
+// Serial cost of one task, in units of `cost_per_item` (about an element operation): a few
+// tens of microseconds.
+inline constexpr double kTaskWork = 40000.0;
+
+// Runs f(begin, end) over [0, n) in chunks whose size is a multiple of `align` (kernels use 64:
+// vectorized loops then see the same packet boundaries as a serial run).
+template <class F>
+void parallel_for(std::int64_t n, double cost_per_item, F&& f, std::int64_t align = 64) {
+  const double total = static_cast<double>(n) * cost_per_item;
+  if (n <= 1 || total < 2 * kTaskWork) {
+    if (n > 0) f(std::int64_t{0}, n);
+    return;
+  }
+  std::int64_t grain = std::max<std::int64_t>(
+      1, static_cast<std::int64_t>(kTaskWork / std::max(cost_per_item, 1e-9)));
+  grain = (grain + align - 1) / align * align;
+  const std::int64_t chunks = (n + grain - 1) / grain;
+  if (chunks < 2) {
+    f(std::int64_t{0}, n);
+    return;
+  }
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, chunks, 1),
+      [&](const tbb::blocked_range<std::int64_t>& r) {
+        for (std::int64_t ch = r.begin(); ch != r.end(); ++ch)
+          f(ch * grain, std::min(n, (ch + 1) * grain));
+      },
+      tbb::simple_partitioner());
+}
+
+}  // namespace ktape
