@@ -8,6 +8,7 @@
 #include "engine/function.hpp"
 #include "engine/random.hpp"
 #include "ops/kernels/attrs.hpp"
+#include "engine/graph.hpp"
 
 namespace ktape {
 

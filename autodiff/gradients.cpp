@@ -7,6 +7,7 @@
 #include "engine/errors.hpp"
 #include "engine/graph_walk.hpp"
 #include "ops/kernels/attrs.hpp"
+#include "engine/graph.hpp"
 
 namespace ktape {
 

@@ -307,11 +307,11 @@ NDArray evaluate(const Tensor& t) {
 }
 
 std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes) {
-  return f.impl_->compile(shapes);
+  return FunctionAccess::impl(f).compile(shapes);
 }
 
 void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs) {
-  const FunctionImpl& fi = *f.impl_;
+  const FunctionImpl& fi = FunctionAccess::impl(f);
   for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i) p.fed_ptrs[i] = fed[i];
   for (std::size_t i = 0; i < p.outputs.size(); ++i)
     for (void** loc : p.out_locs[i]) *loc = outs[i];

@@ -13,13 +13,12 @@
 #pragma once
 
 #include <memory>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "engine/eval.hpp"
-#include "engine/graph.hpp"
 #include "engine/ndarray.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape {
 
@@ -27,15 +26,10 @@ struct FunctionOptions {
   std::string backend;  // "" = the active backend; else "cpu", "reference" or a plugin path
   bool fuse = true;     // fuse elementwise chains where the backend supports it
   bool fold = true;     // evaluate pure nodes computed only from constants once, at compile
-  // Loop bodies (engine/scan.cpp): inputs may be any node, fed instead of computed (a stored
+  // Loop bodies (ops/loops): inputs may be any node, fed instead of computed (a stored
   // intermediate); the plan does not compute what only feeds them.
   bool feed_intermediates = false;
 };
-
-struct Plan;
-class Function;
-std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes);
-void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* const* outs);
 
 class Function {
  public:
@@ -59,25 +53,13 @@ class Function {
   std::size_t num_steps() const;
   // One line per step of that plan: op, shape, dtype, node name; a fused group lists its members.
   std::string describe_plan() const;
+  // That plan as a Graphviz DOT digraph: a box per step (fused groups list their members), an
+  // ellipse per fed, variable or constant input, edges for data flow, commits as dashed edges.
+  std::string plan_dot() const;
 
  private:
-  friend std::unique_ptr<Plan> function_compile(const Function&, const std::vector<Shape>&);
-  friend void function_execute_raw(const Function&, Plan&, void* const*, void* const*);
+  friend struct FunctionAccess;  // engine internals (engine/plan.hpp)
   std::shared_ptr<struct FunctionImpl> impl_;
-};
-
-// Holds a variable's storage lock — shared to read it, exclusive to write it — for direct
-// access outside a Function (K::get_value, K::set_value). No-op inside a call, which holds it.
-class VariableAccess {
- public:
-  VariableAccess(const Node& var, bool write);
-  ~VariableAccess();
-  VariableAccess(const VariableAccess&) = delete;
-  VariableAccess& operator=(const VariableAccess&) = delete;
-
- private:
-  std::shared_mutex* mu_;
-  bool write_;
 };
 
 }  // namespace ktape

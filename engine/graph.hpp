@@ -1,5 +1,6 @@
 // The graph is the tape: every K:: call appends one Node. Node ids grow with creation, so
-// id order is a topological order. Tensor is a cheap shared handle to a Node.
+// id order is a topological order. Node, the op table (OpDef) and the node builders are engine
+// and op-family internals: not a public header (users see engine/tensor.hpp).
 #pragma once
 
 #include <atomic>
@@ -15,32 +16,9 @@
 #include "engine/ndarray.hpp"
 #include "engine/op_list.hpp"
 #include "engine/shape.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape {
-
-struct Node;
-
-class Tensor {
- public:
-  Tensor() = default;
-  explicit Tensor(std::shared_ptr<Node> n) : node_(std::move(n)) {}
-
-  bool defined() const { return node_ != nullptr; }
-  explicit operator bool() const { return defined(); }
-  Node& node() const;  // throws ValueError on a null tensor
-  const std::shared_ptr<Node>& node_ptr() const { return node_; }
-  std::int64_t id() const;
-  const Shape& shape() const;  // static shape, None for unknown dims
-  DType dtype() const;
-  int ndim() const { return shape().ndim(); }
-  const std::string& name() const;
-  Op op() const;
-  bool operator==(const Tensor& o) const { return node_ == o.node_; }
-  bool operator!=(const Tensor& o) const { return node_ != o.node_; }
-
- private:
-  std::shared_ptr<Node> node_;
-};
 
 struct Node : std::enable_shared_from_this<Node> {
   std::int64_t id = 0;
@@ -167,6 +145,20 @@ Tensor clone_node(const Node& n, std::vector<Tensor> inputs);
 // Source nodes (placeholder, variable, constant) with a given static shape.
 Tensor make_source(Op op, const Shape& shape, DType dtype, const std::string& name,
                    NDArray value = {});
+
+// Holds a variable's storage lock — shared to read it, exclusive to write it — for direct
+// access outside a Function (K::get_value, K::set_value). No-op inside a call, which holds it.
+class VariableAccess {
+ public:
+  VariableAccess(const Node& var, bool write);
+  ~VariableAccess();
+  VariableAccess(const VariableAccess&) = delete;
+  VariableAccess& operator=(const VariableAccess&) = delete;
+
+ private:
+  std::shared_mutex* mu_;
+  bool write_;
+};
 
 // Tape bookkeeping.
 std::int64_t next_node_id();

@@ -120,6 +120,9 @@ struct CompileRequest {
 std::unique_ptr<Plan> compile_plan(const CompileRequest& request);
 
 // Function internals for nested execution (a Scan runs its body's plan once per step).
+struct FunctionAccess {
+  static const struct FunctionImpl& impl(const Function& f) { return *f.impl_; }
+};
 // A new plan for these input shapes, owned by the caller (each enclosing plan owns the plans of
 // its loop bodies, so concurrent calls never share one).
 std::unique_ptr<Plan> function_compile(const Function& f, const std::vector<Shape>& shapes);

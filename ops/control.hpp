@@ -10,7 +10,7 @@
 
 #include "autodiff/gradients.hpp"
 #include "engine/function.hpp"
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape::backend {
 

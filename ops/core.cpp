@@ -12,6 +12,7 @@
 #include "ops/control.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
+#include "engine/graph_walk.hpp"
 
 namespace ktape::backend {
 
@@ -342,6 +343,32 @@ Tensor print_tensor(const Tensor& x, const std::string& message) {
   m->message = message;
   return make_node_with_extra(Op::PrintTensor, {x}, {}, x.dtype(), "", std::move(m),
                               /*eager=*/true);
+}
+
+std::vector<Tensor> random_sources(const std::vector<Tensor>& outputs) {
+  std::vector<Node*> roots;
+  for (const auto& t : outputs) roots.push_back(&t.node());
+  std::vector<Tensor> found;
+  for (Node* n : reachable_in_tape_order(roots))
+    if (op_def(n->op).random) found.emplace_back(n->shared_from_this());
+  return found;
+}
+
+namespace {
+Node& random_node_of(const Tensor& t, const char* fn) {
+  Node& n = t.node();
+  if (!op_def(n.op).random)
+    throw ValueError(std::string(fn) + ": '" + n.name + "' (" + op_name(n.op) +
+                     ") is not a random op");
+  return n;
+}
+}  // namespace
+
+std::uint64_t random_counter(const Tensor& t) {
+  return random_node_of(t, "K::random_counter").counter.load();
+}
+void set_random_counter(const Tensor& t, std::uint64_t calls) {
+  random_node_of(t, "K::set_random_counter").counter.store(calls);
 }
 
 }  // namespace ktape::backend

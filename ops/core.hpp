@@ -12,7 +12,7 @@
 
 #include "engine/errors.hpp"
 #include "engine/function.hpp"
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 #include "engine/ndarray.hpp"
 
 namespace ktape::backend {
@@ -138,6 +138,15 @@ std::uint64_t draw_seed();
 // Identity whose evaluation logs `message` and the value through spdlog (stderr). Like TF's
 // tf.Print it fires only when the returned tensor is used.
 Tensor print_tensor(const Tensor& x, const std::string& message = "");
+
+// ---- random state (a ktape extension, for exact resumption) -----------------------------------
+// The random ops `outputs` depend on (dropout masks, random_uniform / random_normal /
+// truncated_normal draws), in creation order. Each draws fresh numbers on every call from its
+// seed and its call counter: saving the counters and restoring them makes a resumed run draw
+// exactly what the uninterrupted run would have.
+std::vector<Tensor> random_sources(const std::vector<Tensor>& outputs);
+std::uint64_t random_counter(const Tensor& random_op);  // ValueError if not a random op
+void set_random_counter(const Tensor& random_op, std::uint64_t calls);
 
 // ---- eager / symbolic ----------------------------------------------------------------------
 // Keras 2.3's decorators: wrap a callable so that its body runs in an eager scope (every node

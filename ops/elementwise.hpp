@@ -3,7 +3,7 @@
 // maximum/minimum. Operands must share a dtype (TypeError otherwise; use K::cast).
 #pragma once
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape::backend {
 

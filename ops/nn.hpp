@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape::backend {
 

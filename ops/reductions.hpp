@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape::backend {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 
 namespace ktape::backend {
 

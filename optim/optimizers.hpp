@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/graph.hpp"
+#include "engine/tensor.hpp"
 #include "engine/ndarray.hpp"
 
 namespace ktape::optimizers {

@@ -15,7 +15,7 @@
 #include <map>
 #include <string>
 
-#include "engine/npz.hpp"
+#include "io/npz.hpp"
 #include "examples/common/mlp.hpp"
 
 namespace fs = std::filesystem;

@@ -43,9 +43,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/atomic_file.hpp"
+#include "io/atomic_file.hpp"
 #include "engine/errors.hpp"
-#include "engine/npz.hpp"
+#include "io/npz.hpp"
 
 namespace fs = std::filesystem;
 using ktape::DType;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/graph.hpp"  // white-box: an update node's inputs
 #include "ktape/ktape.hpp"
 
 namespace K = ktape::backend;

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "engine/errors.hpp"
-#include "examples/common/train/history.hpp"
-#include "examples/common/train/progbar.hpp"
-#include "examples/common/train/svg_plot.hpp"
+#include "train/history.hpp"
+#include "train/progbar.hpp"
+#include "train/svg_plot.hpp"
 
 namespace fs = std::filesystem;
 using ktape::train::format_eta;

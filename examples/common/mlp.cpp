@@ -8,7 +8,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "engine/npz.hpp"
+#include "io/npz.hpp"
 
 namespace ktape::examples {
 
@@ -79,26 +79,6 @@ void gather_batch(const data::Dataset& d, const std::int64_t* order, std::int64_
   }
 }
 
-// The nodes that draw random numbers per call (their `counter` advances once per call), in id
-// order, found by walking the graph back from `roots`.
-std::vector<Tensor> random_nodes(const std::vector<Tensor>& roots) {
-  std::vector<Tensor> found, stack = roots;
-  std::vector<const Node*> seen;
-  while (!stack.empty()) {
-    const Tensor t = stack.back();
-    stack.pop_back();
-    if (!t.defined() || std::find(seen.begin(), seen.end(), &t.node()) != seen.end()) continue;
-    seen.push_back(&t.node());
-    const Op op = t.op();
-    if (op == Op::DropoutMask || op == Op::RandomUniform || op == Op::RandomNormal ||
-        op == Op::TruncatedNormal)
-      found.push_back(t);
-    for (const auto& in : t.node().inputs) stack.push_back(in);
-  }
-  std::sort(found.begin(), found.end(),
-            [](const Tensor& a, const Tensor& b) { return a.id() < b.id(); });
-  return found;
-}
 
 NDArray text_array(const std::string& s) {
   NDArray a(Shape{static_cast<std::int64_t>(s.size())}, DType::uint8);
@@ -216,7 +196,7 @@ Mlp::Mlp(const MlpConfig& c) : cfg_(c), shuffle_rng_(c.seed) {
   const auto lp = K::learning_phase();
   train_fn_ = K::function({x, t, lp}, {loss, acc}, opt_->get_updates(loss, params_));
   eval_fn_ = K::function({x, t, lp}, {loss, acc});
-  random_nodes_ = random_nodes({loss, acc});
+  random_nodes_ = K::random_sources({loss, acc});
   train_full_ = {NDArray(), NDArray(), NDArray::scalar(1.0, DType::bool_)};
   train_tail_ = train_full_;
   eval_full_ = {NDArray(), NDArray(), NDArray::scalar(0.0, DType::bool_)};
@@ -305,7 +285,7 @@ void Mlp::save_checkpoint(const std::string& path) const {
   a.emplace_back("training/shuffle_rng", text_array(rng.str()));
   NDArray counters(Shape{static_cast<std::int64_t>(random_nodes_.size())}, DType::int64);
   for (std::size_t i = 0; i < random_nodes_.size(); ++i) {
-    const std::uint64_t c = random_nodes_[i].node().counter.load();
+    const std::uint64_t c = K::random_counter(random_nodes_[i]);
     std::memcpy(static_cast<char*>(counters.raw_data()) + i * sizeof c, &c, sizeof c);
   }
   a.emplace_back("training/dropout_counters", counters);
@@ -384,7 +364,7 @@ void Mlp::load_checkpoint(const std::string& path) {
   for (std::size_t i = 0; i < random_nodes_.size(); ++i) {
     std::uint64_t c = 0;
     std::memcpy(&c, static_cast<const char*>(counters.raw_data()) + i * sizeof c, sizeof c);
-    random_nodes_[i].node().counter.store(c);
+    K::set_random_counter(random_nodes_[i], c);
   }
   shuffle_rng_ = rng;
   epochs_done_ = static_cast<int>(epochs);

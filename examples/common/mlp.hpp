@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "examples/common/fashion_mnist.hpp"
-#include "examples/common/train/history.hpp"
+#include "train/history.hpp"
 #include "ktape/ktape.hpp"
 #include "optim/optimizers.hpp"
 

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "examples/common/mlp.hpp"
-#include "examples/common/train/flags.hpp"
-#include "examples/common/train/progbar.hpp"
-#include "examples/common/train/svg_plot.hpp"
+#include "train/flags.hpp"
+#include "train/progbar.hpp"
+#include "train/svg_plot.hpp"
 
 namespace {
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "examples/common/rnn_model.hpp"
-#include "examples/common/train/flags.hpp"
-#include "examples/common/train/progbar.hpp"
+#include "train/flags.hpp"
+#include "train/progbar.hpp"
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "engine/errors.hpp"
-#include "engine/npz.hpp"
+#include "io/npz.hpp"
 #include "fuzz_util.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

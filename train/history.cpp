@@ -1,4 +1,4 @@
-#include "examples/common/train/history.hpp"
+#include "train/history.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <system_error>
 
 #include "engine/errors.hpp"
-#include "examples/common/train/atomic_file.hpp"
+#include "io/atomic_file.hpp"
 
 namespace ktape::train {
 namespace {
@@ -172,6 +172,6 @@ std::string History::to_csv() const {
   return out;
 }
 
-void History::write_csv(const std::string& path) const { write_file_atomically(path, to_csv()); }
+void History::write_csv(const std::string& path) const { ktape::write_file_atomically(path, to_csv()); }
 
 }  // namespace ktape::train

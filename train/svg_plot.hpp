@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "examples/common/train/history.hpp"
+#include "train/history.hpp"
 
 namespace ktape::train {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/common/train/progbar.hpp"
+#include "train/progbar.hpp"
 
 namespace ktape::train {
 

@@ -1,4 +1,4 @@
-#include "engine/atomic_file.hpp"
+#include "io/atomic_file.hpp"
 
 #include <signal.h>
 #include <unistd.h>

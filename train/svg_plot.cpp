@@ -1,4 +1,4 @@
-#include "examples/common/train/svg_plot.hpp"
+#include "train/svg_plot.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "examples/common/train/atomic_file.hpp"
+#include "io/atomic_file.hpp"
 
 namespace ktape::train {
 namespace {
@@ -211,7 +211,7 @@ std::string history_svg(const History& history, const std::string& title) {
 }
 
 void write_history_svg(const History& history, const std::string& path, const std::string& title) {
-  write_file_atomically(path, history_svg(history, title));
+  ktape::write_file_atomically(path, history_svg(history, title));
 }
 
 }  // namespace ktape::train

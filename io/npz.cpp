@@ -1,4 +1,4 @@
-#include "engine/npz.hpp"
+#include "io/npz.hpp"
 
 #include <unistd.h>
 #include <zlib.h>
@@ -16,7 +16,7 @@
 #include <memory>
 #include <set>
 
-#include "engine/atomic_file.hpp"
+#include "io/atomic_file.hpp"
 #include "engine/errors.hpp"
 
 namespace ktape {
@@ -622,7 +622,7 @@ class ZipReader {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Writing: through an AtomicFile (engine/atomic_file.hpp).
+// Writing: through an AtomicFile (io/atomic_file.hpp).
 
 // The array's bytes in little-endian order (a swapped copy only on big-endian machines).
 struct LittleEndianBytes {

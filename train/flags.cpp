@@ -1,4 +1,4 @@
-#include "examples/common/train/flags.hpp"
+#include "train/flags.hpp"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "examples/common/train/progbar.hpp"
+#include "train/progbar.hpp"
 
 #include <unistd.h>
 
