@@ -139,6 +139,11 @@ std::string Function::describe_plan() const {
          std::to_string(impl_->last->commits_in_place) + " written in place\n";
   return out;
 }
+std::string Function::plan_dot() const {
+  if (!impl_) return "digraph plan {}\n";
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->last ? ktape::plan_dot(*impl_->last) : "digraph plan {}\n";
+}
 std::size_t Function::arena_bytes() const {
   if (!impl_) return 0;
   std::lock_guard<std::mutex> lock(impl_->mu);

@@ -115,6 +115,9 @@ struct CompileRequest {
   bool fuse = true, fold = true;
   const std::vector<Shape>& fed;  // the input-shape signature
 };
+// The plan as a Graphviz DOT digraph (engine/dot.cpp; Function::plan_dot).
+std::string plan_dot(const Plan& p);
+
 // Builds the plan (engine/compile.cpp). ValueError for shapes that do not fit together,
 // NotImplementedError for a missing kernel, ResourceExhaustedError for an arena too large.
 std::unique_ptr<Plan> compile_plan(const CompileRequest& request);

@@ -272,3 +272,32 @@ TEST(Function, InPlaceUpdateOfAVariableReadByAnAddN) {
   EXPECT_EQ(K::get_value(v).item(0), 4.0);
   EXPECT_EQ(K::get_value(v).item(1), 8.0);
 }
+
+TEST(Function, GraphAndPlanRenderAsDot) {
+  auto x = K::placeholder({K::None, 3}, {.name = "x"});
+  auto W = K::variable(NDArray::full({3, 2}, 0.5), {.name = "W"});
+  auto loss = K::sum(K::tanh(K::dot(x, W)));
+  auto g = K::gradients(loss, {W})[0];
+  const std::string dot = ktape::graph_dot({g});
+  EXPECT_EQ(dot.rfind("digraph ktape {", 0), 0u) << dot;
+  EXPECT_NE(dot.find("Placeholder\\n(None, 3) float32\\nx\", shape=ellipse"), std::string::npos)
+      << dot;
+  EXPECT_NE(dot.find("Variable\\n(3, 2) float32\\nW\", shape=ellipse"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("MatMul"), std::string::npos);
+  // One edge per input of every node drawn.
+  std::size_t edges = 0;
+  for (std::size_t p = dot.find("->"); p != std::string::npos; p = dot.find("->", p + 2)) ++edges;
+  EXPECT_GE(edges, 6u);
+  auto f = K::function({x}, {loss}, {K::update_sub(W, 0.1 * g)});
+  EXPECT_EQ(f.plan_dot(), "digraph plan {}\n");  // nothing compiled yet
+  f({NDArray::full({4, 3}, 1.0)});
+  const std::string plan = f.plan_dot();
+  EXPECT_EQ(plan.rfind("digraph plan {", 0), 0u);
+  EXPECT_NE(plan.find("fed\\nx\\n(4, 3)"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("MatMul"), std::string::npos) << plan;
+  std::size_t steps = 0;
+  for (std::size_t p = plan.find("shape=box"); p != std::string::npos;
+       p = plan.find("shape=box", p + 1))
+    ++steps;
+  EXPECT_EQ(steps, f.num_steps());
+}

@@ -6,6 +6,7 @@
 
 #include "autodiff/gradcheck.hpp"
 #include "autodiff/gradients.hpp"
+#include "engine/dot.hpp"
 #include "engine/dtype.hpp"
 #include "engine/errors.hpp"
 #include "engine/function.hpp"
