@@ -38,10 +38,11 @@ std::string node_label(const Node& n) {
 std::string graph_dot(const std::vector<Tensor>& roots) {
   std::vector<Node*> r;
   for (const auto& t : roots) r.push_back(&t.node());
-  std::string out = "digraph ktape {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
+  std::string out =
+      "digraph ktape {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
   for (Node* n : reachable_in_tape_order(r)) {
-    out += "  n" + std::to_string(n->id) + " [label=\"" + node_label(*n) + "\", shape=" +
-           (is_source(n->op) ? "ellipse" : "box") + "];\n";
+    out += "  n" + std::to_string(n->id) + " [label=\"" + node_label(*n) +
+           "\", shape=" + (is_source(n->op) ? "ellipse" : "box") + "];\n";
     for (const auto& in : n->inputs)
       out += "  n" + std::to_string(in.id()) + " -> n" + std::to_string(n->id) + ";\n";
   }
@@ -49,16 +50,19 @@ std::string graph_dot(const std::vector<Tensor>& roots) {
 }
 
 std::string plan_dot(const Plan& p) {
-  std::string out = "digraph plan {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
+  std::string out =
+      "digraph plan {\n  rankdir=TB;\n  node [fontname=\"monospace\", fontsize=10];\n";
   // The step that writes each value's buffer, or -1 for values from outside the arena.
   std::unordered_map<int, int> writer;
   for (std::size_t si = 0; si < p.steps.size(); ++si) {
     const Step& s = p.steps[si];
     writer[p.values[static_cast<std::size_t>(s.out)].root] = static_cast<int>(si);
-    for (int v : s.extra_outs) writer[p.values[static_cast<std::size_t>(v)].root] = static_cast<int>(si);
+    for (int v : s.extra_outs)
+      writer[p.values[static_cast<std::size_t>(v)].root] = static_cast<int>(si);
   }
   auto source_id = [&](int v) {
-    const Value& val = p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
+    const Value& val =
+        p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
     return "v" + std::to_string(val.node ? val.node->id : v);
   };
   std::unordered_map<std::string, bool> drawn;

@@ -1,4 +1,6 @@
-// DType: the element types of ktape arrays, named as Keras names them ('float32', 'int64', 'bool').
+/// \file
+/// DType: the element types of ktape arrays, named as Keras names them ('float32', 'int64',
+/// 'bool').
 #pragma once
 
 #include <cstddef>
@@ -21,7 +23,7 @@ enum class DType : std::uint8_t {
 };
 inline constexpr int kNumDTypes = 9;
 
-// IEEE binary16 storage. Arithmetic goes through float.
+/// IEEE binary16 storage. Arithmetic goes through float.
 struct Half {
   std::uint16_t bits = 0;
   Half() = default;
@@ -30,11 +32,11 @@ struct Half {
 };
 
 std::string_view dtype_name(DType d);
-// Parses a Keras dtype name; throws TypeError naming `where` for anything else.
+/// Parses a Keras dtype name; throws TypeError naming `where` for anything else.
 DType dtype_from_name(std::string_view name, std::string_view where = "dtype");
 std::size_t dtype_size(DType d);
 bool is_floating(DType d);
-bool is_integer(DType d);  // int* and uint8 (not bool)
+bool is_integer(DType d);  ///< int* and uint8 (not bool)
 
 template <class T>
 struct DTypeOf;
@@ -77,7 +79,7 @@ struct DTypeOf<bool> {
 template <class T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
-// Calls f(T{}) with T the C++ type of d (bool is stored as one byte holding 0 or 1).
+/// Calls f(T{}) with T the C++ type of d (bool is stored as one byte holding 0 or 1).
 template <class F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {

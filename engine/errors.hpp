@@ -1,7 +1,8 @@
-// Exceptions thrown by ktape. They mirror the Python exceptions Keras raises so that
-// code ported from Keras keeps its error handling: ValueError for bad values and shapes,
-// TypeError for wrong kinds and dtypes, NotImplementedError, IOError for files, and
-// ResourceExhaustedError (TF's) for an allocation the machine cannot satisfy.
+/// \file
+/// Exceptions thrown by ktape. They mirror the Python exceptions Keras raises so that
+/// code ported from Keras keeps its error handling: ValueError for bad values and shapes,
+/// TypeError for wrong kinds and dtypes, NotImplementedError, IOError for files, and
+/// ResourceExhaustedError (TF's) for an allocation the machine cannot satisfy.
 #pragma once
 
 #include <stdexcept>

@@ -1,5 +1,6 @@
-// Evaluation of concrete tensors outside a Function (K::eval, eager scopes). Declared apart from
-// Function so that the tape (graph.cpp) can evaluate eagerly without including the executor.
+/// \file
+/// Evaluation of concrete tensors outside a Function (K::eval, eager scopes). Declared apart from
+/// Function so that the tape (graph.cpp) can evaluate eagerly without including the executor.
 #pragma once
 
 #include "engine/ndarray.hpp"
@@ -8,10 +9,10 @@ namespace ktape {
 
 class Tensor;
 
-// Evaluates a tensor that needs no fed placeholder (K::eval). Evaluating an update runs it.
+/// Evaluates a tensor that needs no fed placeholder (K::eval). Evaluating an update runs it.
 NDArray evaluate(const Tensor& t);
 
-// Eager scopes: inside one, every node that needs no placeholder is evaluated when it is built.
+/// Eager scopes: inside one, every node that needs no placeholder is evaluated when it is built.
 bool in_eager_scope();
 class EagerScope {
  public:

@@ -1,6 +1,7 @@
-// NDArray: an owned, contiguous, row-major array with a dtype and a concrete shape. Its buffer
-// is 64-byte aligned and shared between copies (copying an NDArray is cheap, like a numpy
-// view of the whole array); clone() makes an independent copy.
+/// \file
+/// NDArray: an owned, contiguous, row-major array with a dtype and a concrete shape. Its buffer
+/// is 64-byte aligned and shared between copies (copying an NDArray is cheap, like a numpy
+/// view of the whole array); clone() makes an independent copy.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +19,11 @@ namespace ktape {
 class NDArray {
  public:
   NDArray() = default;
-  // A zero-filled array. ValueError if the shape has unknown or negative dims or more bytes than
-  // an object can have; ResourceExhaustedError if the machine cannot give the memory.
+  /// A zero-filled array. ValueError if the shape has unknown or negative dims or more bytes than
+  /// an object can have; ResourceExhaustedError if the machine cannot give the memory.
   NDArray(const Shape& shape, DType dtype);
 
-  // From values given as doubles, converted to `dtype`; values.size() must match the shape.
+  /// From values given as doubles, converted to `dtype`; values.size() must match the shape.
   static NDArray from_values(const std::vector<double>& values, const Shape& shape,
                              DType dtype = DType::float32);
   template <class T>
@@ -55,7 +56,7 @@ class NDArray {
     check_type(dtype_of<T>);
     return static_cast<const T*>(ptr_);
   }
-  // Element access by multi-index, bounds-checked (ValueError).
+  /// Element access by multi-index, bounds-checked (ValueError).
   template <class T>
   T& at(std::initializer_list<std::int64_t> idx) {
     return data<T>()[offset_of(idx)];
@@ -64,13 +65,13 @@ class NDArray {
   const T& at(std::initializer_list<std::int64_t> idx) const {
     return data<T>()[offset_of(idx)];
   }
-  // Element `flat` (row-major) of any dtype, as double.
+  /// Element `flat` (row-major) of any dtype, as double.
   double item(std::int64_t flat = 0) const;
   void set_item(std::int64_t flat, double v);
 
   NDArray astype(DType dtype) const;
   NDArray clone() const;
-  NDArray reshaped(const Shape& shape) const;  // shares the buffer
+  NDArray reshaped(const Shape& shape) const;  ///< shares the buffer
   std::vector<double> to_vector() const;
   std::string str() const;
 
@@ -86,14 +87,14 @@ class NDArray {
   std::int64_t size_ = 0;
 };
 
-// Bytes of an array of `shape` and `dtype`; ValueError naming the shape (and `where`) when the
-// element count or the byte count does not fit (more than PTRDIFF_MAX bytes).
+/// Bytes of an array of `shape` and `dtype`; ValueError naming the shape (and `where`) when the
+/// element count or the byte count does not fit (more than PTRDIFF_MAX bytes).
 std::size_t array_bytes(const Shape& shape, DType dtype, const char* where = "NDArray");
 
-// Allocates `bytes` (rounded up to 64), zero-filled and aligned to 64 bytes; freed by the
-// returned pointer. ResourceExhaustedError naming the bytes when the machine cannot give them:
-// a request above its RAM + swap is refused without trying (so an overcommitting kernel never
-// hands out memory that would be killed on first touch).
+/// Allocates `bytes` (rounded up to 64), zero-filled and aligned to 64 bytes; freed by the
+/// returned pointer. ResourceExhaustedError naming the bytes when the machine cannot give them:
+/// a request above its RAM + swap is refused without trying (so an overcommitting kernel never
+/// hands out memory that would be killed on first touch).
 std::shared_ptr<void> aligned_buffer(std::size_t bytes);
 
 }  // namespace ktape

@@ -1,5 +1,6 @@
-// The op kinds of the graph, in one X-macro list so that names, tables and plugins agree.
-// The attribute layout of each op is documented next to the K:: function that builds it.
+/// \file
+/// The op kinds of the graph, in one X-macro list so that names, tables and plugins agree.
+/// The attribute layout of each op is documented next to the K:: function that builds it.
 #pragma once
 
 // clang-format off

@@ -1,4 +1,5 @@
-// Shape: a list of dimensions where an unknown dimension is `None` (-1), as Keras's int_shape.
+/// \file
+/// Shape: a list of dimensions where an unknown dimension is `None` (-1), as Keras's int_shape.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 namespace ktape {
 
 inline constexpr std::int64_t None = -1;
-// The largest rank a tensor of the graph may have (kernels index with fixed-size arrays).
+/// The largest rank a tensor of the graph may have (kernels index with fixed-size arrays).
 inline constexpr int kMaxRank = 12;
 
 class Shape {
@@ -26,10 +27,10 @@ class Shape {
   auto begin() const { return dims_.begin(); }
   auto end() const { return dims_.end(); }
   bool is_fully_defined() const;
-  // Product of the dims; None if any dim is unknown. A scalar has one element. ValueError
-  // naming the shape when the product does not fit in int64.
+  /// Product of the dims; None if any dim is unknown. A scalar has one element. ValueError
+  /// naming the shape when the product does not fit in int64.
   std::int64_t num_elements() const;
-  // "(None, 784)" like Python's tuple repr.
+  /// "(None, 784)" like Python's tuple repr.
   std::string str() const;
   bool operator==(const Shape& o) const { return dims_ == o.dims_; }
   bool operator!=(const Shape& o) const { return dims_ != o.dims_; }
@@ -38,8 +39,8 @@ class Shape {
   std::vector<std::int64_t> dims_;
 };
 
-// Normalises a possibly negative axis for a tensor of rank `ndim`; throws ValueError naming
-// `where`.
+/// Normalises a possibly negative axis for a tensor of rank `ndim`; throws ValueError naming
+/// `where`.
 int normalize_axis(std::int64_t axis, int ndim, const char* where);
 
 }  // namespace ktape

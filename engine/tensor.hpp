@@ -1,6 +1,7 @@
-// Tensor: a cheap shared handle to a node of the graph (the tape), as Keras's symbolic tensors:
-// what K:: functions take and return. Its static shape may have unknown (None) dims; a null
-// Tensor is what K::gradients returns for a variable the loss does not depend on.
+/// \file
+/// Tensor: a cheap shared handle to a node of the graph (the tape), as Keras's symbolic tensors:
+/// what K:: functions take and return. Its static shape may have unknown (None) dims; a null
+/// Tensor is what K::gradients returns for a variable the loss does not depend on.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +23,10 @@ class Tensor {
 
   bool defined() const { return node_ != nullptr; }
   explicit operator bool() const { return defined(); }
-  Node& node() const;  // throws ValueError on a null tensor
+  Node& node() const;  ///< throws ValueError on a null tensor
   const std::shared_ptr<Node>& node_ptr() const { return node_; }
   std::int64_t id() const;
-  const Shape& shape() const;  // static shape, None for unknown dims
+  const Shape& shape() const;  ///< static shape, None for unknown dims
   DType dtype() const;
   int ndim() const { return shape().ndim(); }
   const std::string& name() const;

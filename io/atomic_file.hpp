@@ -1,9 +1,10 @@
-// AtomicFile: writes a file so that a crash or a kill never leaves a half-written file at its
-// path. The bytes go to `<path>.tmp-<pid>` beside it; commit() syncs that file and renames it
-// onto `path`. A writer destroyed without commit() (an exception) removes its temp file. A
-// process killed while writing cannot clean up, so every new AtomicFile first removes the temp
-// files `<path>.tmp-<pid>` whose process no longer exists (a pid that is alive, or reused by
-// another process, keeps its file). Errors are IOError naming the file.
+/// \file
+/// AtomicFile: writes a file so that a crash or a kill never leaves a half-written file at its
+/// path. The bytes go to `<path>.tmp-<pid>` beside it; commit() syncs that file and renames it
+/// onto `path`. A writer destroyed without commit() (an exception) removes its temp file. A
+/// process killed while writing cannot clean up, so every new AtomicFile first removes the temp
+/// files `<path>.tmp-<pid>` whose process no longer exists (a pid that is alive, or reused by
+/// another process, keeps its file). Errors are IOError naming the file.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,10 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-// The whole of `content` written through an AtomicFile.
+/// The whole of `content` written through an AtomicFile.
 void write_file_atomically(const std::string& path, const std::string& content);
 
-// Removes `<path>.tmp-<pid>` files left by processes that no longer exist; returns how many.
+/// Removes `<path>.tmp-<pid>` files left by processes that no longer exist; returns how many.
 int remove_stale_temp_files(const std::string& path);
 
 }  // namespace ktape

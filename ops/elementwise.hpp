@@ -1,6 +1,7 @@
-// K:: elementwise math: arithmetic operators with numpy broadcasting (a double operand becomes a
-// scalar of the tensor's dtype), unary math, comparisons (bool results), clip, pow,
-// maximum/minimum. Operands must share a dtype (TypeError otherwise; use K::cast).
+/// \file
+/// K:: elementwise math: arithmetic operators with numpy broadcasting (a double operand becomes a
+/// scalar of the tensor's dtype), unary math, comparisons (bool results), clip, pow,
+/// maximum/minimum. Operands must share a dtype (TypeError otherwise; use K::cast).
 #pragma once
 
 #include "engine/tensor.hpp"
@@ -26,14 +27,14 @@ Tensor operator/(double a, const Tensor& b);
 namespace ktape::backend {
 
 Tensor square(const Tensor& x);
-Tensor sqrt(const Tensor& x);  // sqrt(clip(x, 0, inf)): negative input gives 0, as Keras on TF
+Tensor sqrt(const Tensor& x);  ///< sqrt(clip(x, 0, inf)): negative input gives 0, as Keras on TF
 Tensor exp(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor abs(const Tensor& x);
-Tensor sign(const Tensor& x);   // gradient is zero
-Tensor round(const Tensor& x);  // half to even; no gradient
+Tensor sign(const Tensor& x);   ///< gradient is zero
+Tensor round(const Tensor& x);  ///< half to even; no gradient
 Tensor pow(const Tensor& x, double a);
-// Keras 2.2.4: max_value < min_value sets max_value = min_value.
+/// Keras 2.2.4: max_value < min_value sets max_value = min_value.
 Tensor clip(const Tensor& x, double min_value, double max_value);
 Tensor maximum(const Tensor& x, const Tensor& y);
 Tensor minimum(const Tensor& x, const Tensor& y);

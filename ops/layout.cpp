@@ -22,7 +22,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 // leading dims flatten into one. a (..., K) . b (K, N) -> (..., N); a^T . b with a (..., M) and
 // b (..., N) over the same leading dims -> (M, N) (a sum over every row: weight gradients).
 Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
-  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matMul_attrs.ta;
+  const auto tb = matMul_attrs.tb;
   const Shape& a = in[0];
   const Shape& b = in[1];
   auto fail = [&](const std::string& why) {
@@ -56,7 +58,9 @@ Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& a = n.inputs[0];
   const Tensor& b = n.inputs[1];
-  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matMul_attrs.ta;
+  const auto tb = matMul_attrs.tb;
   if (!ta && !tb) return {matmul(g, b, false, true), matmul(a, g, true, false)};
   if (ta && !tb) return {matmul(b, g, false, true), matmul(a, g, false, false)};
   if (!ta && tb) return {matmul(g, b, false, false), matmul(g, a, true, false)};
@@ -66,13 +70,17 @@ G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
 // a . b over the rows of a: stacking a's rows (a per-step (B, K) into (T, B, K)) stacks the
 // results.
 unsigned matmul_stack_map(const Node& n) {
-  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matMul_attrs.ta;
+  const auto tb = matMul_attrs.tb;
   const bool plain = !ta && !tb;
   return plain && n.inputs[0].ndim() == 2 && n.inputs[1].ndim() == 2 ? 0b01u : 0u;
 }
 // a^T . b sums over the rows both share: stacking both sums the per-step products.
 unsigned matmul_stack_sum(const Node& n) {
-  const auto [ta, tb] = attrs::MatMul::of(n.attrs);
+  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matMul_attrs.ta;
+  const auto tb = matMul_attrs.tb;
   const bool at_b = ta && !tb;
   const Shape& a = n.inputs[0].shape();
   const Shape& b = n.inputs[1].shape();
@@ -246,7 +254,9 @@ G slice_pad_grad(const Node& n, const Tensor&, const Tensor& g) {
   return {make_node(Op::Slice, {g}, n.attrs, g.dtype()), Tensor()};
 }
 G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
-  const auto [axis, k] = attrs::ConcatPart::of(n.attrs);
+  const auto concatPart_attrs = attrs::ConcatPart::of(n.attrs);
+  const auto axis = concatPart_attrs.axis;
+  const auto k = concatPart_attrs.k;
   std::vector<Tensor> parts;
   for (std::size_t i = 1; i < n.inputs.size(); ++i)
     parts.push_back(i - 1 == k ? gg : zeros_like(n.inputs[i], {.dtype = dtype(gg)}));

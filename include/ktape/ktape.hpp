@@ -1,7 +1,8 @@
-// ktape: the Keras backend API in C++ on a tape-based reverse-mode autodiff engine.
-// The one header users include:   namespace K = ktape::backend;
-// Optimizers: ktape::optimizers::Adam opt({.lr = 1e-3}); their config API (get_config,
-// from_config) also needs #include <nlohmann/json.hpp>.
+/// \file
+/// ktape: the Keras backend API in C++ on a tape-based reverse-mode autodiff engine.
+/// The one header users include, with `namespace K = ktape::backend;`.
+/// Optimizers: `ktape::optimizers::Adam opt({.lr = 1e-3});` their config API (get_config,
+/// from_config) also needs `#include <nlohmann/json.hpp>`.
 #pragma once
 
 #include "autodiff/gradcheck.hpp"
@@ -10,10 +11,10 @@
 #include "engine/dtype.hpp"
 #include "engine/errors.hpp"
 #include "engine/function.hpp"
-#include "engine/tensor.hpp"
 #include "engine/ndarray.hpp"
-#include "io/npz.hpp"
 #include "engine/shape.hpp"
+#include "engine/tensor.hpp"
+#include "io/npz.hpp"
 #include "ops/control.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"

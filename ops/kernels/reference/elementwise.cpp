@@ -48,7 +48,9 @@ void relu_grad_kernel(const KernelCall& c) {
 }
 template <class T>
 void clip_kernel(const KernelCall& c) {
-  const auto [lo, hi] = attrs::Clip::of(*c.attrs);
+  const auto clip_attrs = attrs::Clip::of(*c.attrs);
+  const auto lo = clip_attrs.lo;
+  const auto hi = clip_attrs.hi;
   unary<T>(c, [lo, hi](auto x) {
     using C = decltype(x);
     const double v = static_cast<double>(x);
@@ -57,7 +59,9 @@ void clip_kernel(const KernelCall& c) {
 }
 template <class T>
 void clip_grad_kernel(const KernelCall& c) {
-  const auto [lo, hi] = attrs::Clip::of(*c.attrs);
+  const auto clip_attrs = attrs::Clip::of(*c.attrs);
+  const auto lo = clip_attrs.lo;
+  const auto hi = clip_attrs.hi;
   binary<T, T, T>(c, [lo, hi](auto x, auto g) {
     using C = decltype(x);
     const double v = static_cast<double>(x);

@@ -15,7 +15,9 @@ namespace {
 template <class T>
 void matmul_kernel(const KernelCall& c) {
   using C = Compute<T>;
-  const auto [ta, tb] = attrs::MatMul::of(*c.attrs);
+  const auto matMul_attrs = attrs::MatMul::of(*c.attrs);
+  const auto ta = matMul_attrs.ta;
+  const auto tb = matMul_attrs.tb;
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).
@@ -69,7 +71,9 @@ void concat_kernel(const KernelCall& c) {
 
 template <class T>
 void concat_part_kernel(const KernelCall& c) {
-  const auto [axis, part] = attrs::ConcatPart::of(*c.attrs);
+  const auto concatPart_attrs = attrs::ConcatPart::of(*c.attrs);
+  const auto axis = concatPart_attrs.axis;
+  const auto part = concatPart_attrs.k;
   const ArrayRef& g = c.in[0];
   std::int64_t outer, n_g, inner;
   split_axis(g.dims, g.ndim, axis, outer, n_g, inner);

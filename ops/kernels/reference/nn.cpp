@@ -90,7 +90,10 @@ void one_hot_kernel(const KernelCall& c) {
 
 template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal
 void random_kernel(const KernelCall& c) {
-  const auto [shape, a, b] = attrs::Random::of(*c.attrs);
+  const auto random_attrs = attrs::Random::of(*c.attrs);
+  const auto shape = random_attrs.shape;
+  const auto a = random_attrs.a;
+  const auto b = random_attrs.b;
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) {
     const auto u = static_cast<std::uint64_t>(i);
