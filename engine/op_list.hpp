@@ -7,7 +7,7 @@
 #define KTAPE_OP_LIST(X)                                                                      \
   /* sources */                                                                             \
   X(Placeholder) X(Variable) X(Constant) X(RandomUniform) X(RandomNormal) X(TruncatedNormal) \
-  X(DropoutMask)                                                                            \
+  X(RandomBinomial) X(DropoutMask)                                                         \
   /* elementwise unary */                                                                   \
   X(Identity) X(StopGradient) X(PrintTensor) X(Neg) X(Square) X(Sqrt) X(Exp) X(Log) X(Abs)    \
   X(Sign) X(Round) X(Sigmoid) X(Tanh) X(Relu) X(ReluGrad) X(Clip) X(ClipGrad) X(Pow) X(Cast)  \
@@ -23,6 +23,9 @@
   /* linear algebra and layout */                                                           \
   X(MatMul) X(Transpose) X(Reshape) X(ReshapeLike) X(ExpandAxes) X(SqueezeAxes) X(Concat)   \
   X(ConcatPart) X(Slice) X(SlicePad)                                                        \
+  /* sliding windows (ops/conv, ops/pool) and padding (ops/image) */                       \
+  X(Conv) X(ConvBackpropInput) X(ConvBackpropFilter) X(Pool) X(MaxPoolGrad)                 \
+  X(MaxPoolGradGrad) X(AvgPoolGrad) X(Pad)                                                  \
   /* state */                                                                               \
   X(Assign) X(Group)                                                                        \
   /* symbolic loops (ops/loops/scan.hpp) */                                                  \

@@ -44,4 +44,27 @@ void parallel_for(std::int64_t n, double cost_per_item, F&& f, std::int64_t alig
       tbb::simple_partitioner());
 }
 
+// Kernels that need per-task scratch (conv workspaces, partial sums) split their work into a
+// fixed number of slots: as many as `total_cost` feeds at kTaskWork each, at most `max_slots`
+// and `items`. The count depends only on the work, never on the thread count.
+inline std::int64_t slot_count(double total_cost, std::int64_t items, std::int64_t max_slots) {
+  const auto by_work = static_cast<std::int64_t>(total_cost / (2 * kTaskWork));
+  return std::max<std::int64_t>(1, std::min({by_work, items, max_slots}));
+}
+
+// Runs f(slot) for every slot in [0, slots), each as a task of its own.
+template <class F>
+void parallel_slots(std::int64_t slots, F&& f) {
+  if (slots <= 1) {
+    if (slots == 1) f(std::int64_t{0});
+    return;
+  }
+  tbb::parallel_for(
+      tbb::blocked_range<std::int64_t>(0, slots, 1),
+      [&](const tbb::blocked_range<std::int64_t>& r) {
+        for (std::int64_t s = r.begin(); s != r.end(); ++s) f(s);
+      },
+      tbb::simple_partitioner());
+}
+
 }  // namespace ktape

@@ -28,7 +28,7 @@ using ktape::gradients;
 Tensor stop_gradient(const Tensor& x);
 std::vector<Tensor> stop_gradient(const std::vector<Tensor>& xs);
 
-/// ---- updates: tensors to pass in K::function's `updates` (or to K::eval, which runs them) ----
+// ---- updates: tensors to pass in K::function's `updates` (or to K::eval, which runs them) ----
 /// `x` must be a variable (TypeError). The new value of update, and the increment / decrement
 /// of update_add / update_sub, must have x's shape exactly, as TF's assign, assign_add and
 /// assign_sub require (no broadcasting): ValueError naming the variable and both shapes, when
@@ -46,7 +46,7 @@ struct MovingAverageOptions {
 Tensor moving_average_update(const Tensor& x, const Tensor& value, double momentum,
                              const MovingAverageOptions& options = {});
 
-/// ---- learning phase ------------------------------------------------------------------------
+// ---- learning phase ------------------------------------------------------------------------
 /// Dynamic by default: a bool scalar placeholder that defaults to 0 (test) when not fed, like
 /// TF's placeholder_with_default(False). Feed it as an input of K::function (any numeric scalar
 /// is accepted for it). After set_learning_phase(0|1) it is a constant and branches fold away

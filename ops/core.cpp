@@ -1,5 +1,6 @@
 #include "ops/core.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -7,12 +8,12 @@
 
 #include "engine/backend.hpp"
 #include "engine/config.hpp"
+#include "engine/graph_walk.hpp"
 #include "engine/log.hpp"
 #include "engine/random.hpp"
 #include "ops/control.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
-#include "engine/graph_walk.hpp"
 
 namespace ktape::backend {
 
@@ -310,6 +311,10 @@ Tensor random_normal(const Shape& shape, double mean, double stddev, const Rando
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, const RandomOptions& o) {
   return random_node(Op::TruncatedNormal, shape, mean, stddev, o, "K::truncated_normal");
 }
+Tensor random_binomial(const Shape& shape, double p, const RandomOptions& o) {
+  if (std::isnan(p)) throw ValueError("K::random_binomial: p is NaN");
+  return random_node(Op::RandomBinomial, shape, p, 0.0, o, "K::random_binomial");
+}
 
 namespace {
 
@@ -377,7 +382,7 @@ namespace ktape::ops {
 
 void register_core_ops() {
   for (Op op : {Op::Placeholder, Op::Variable, Op::Constant}) define_op(op, {.pure = false});
-  for (Op op : {Op::RandomUniform, Op::RandomNormal, Op::TruncatedNormal})
+  for (Op op : {Op::RandomUniform, Op::RandomNormal, Op::TruncatedNormal, Op::RandomBinomial})
     define_op(
         op, {.shape = &backend::random_shape, .pure = false, .random = true, .dispatch_input = -1});
   define_op(Op::Identity,

@@ -23,7 +23,7 @@ using ktape::NDArray;
 using ktape::Shape;
 using ktape::Tensor;
 
-/// ---- configuration (keras.json, spec §1) --------------------------------------------------
+// ---- configuration (keras.json, spec §1) --------------------------------------------------
 std::string backend();  ///< the active backend's name: "cpu", "reference" or a plugin path
 double epsilon();
 void set_epsilon(double e);
@@ -36,7 +36,7 @@ std::string normalize_data_format(const std::optional<std::string>& value = std:
 std::string image_dim_ordering();
 void set_image_dim_ordering(const std::string& dim_ordering);
 
-/// ---- bookkeeping ----------------------------------------------------------------------------
+// ---- bookkeeping ----------------------------------------------------------------------------
 std::int64_t get_uid(const std::string& prefix = "");  // per-prefix counter starting at 1
 void reset_uids();
 /// Resets uids, the learning phase (dynamic again) and the tape's hash-cons table. Existing
@@ -49,7 +49,7 @@ void manual_variable_initialization(bool value);
 /// it from numpy's global RNG at graph-construction time). Unseeded, it starts from a fixed 0.
 void set_random_seed(std::uint64_t seed);
 
-/// ---- variables, constants, placeholders ----------------------------------------------------
+// ---- variables, constants, placeholders ----------------------------------------------------
 struct VariableOptions {
   std::string dtype;  ///< "" = floatx()
   std::string name;
@@ -91,7 +91,7 @@ std::string dtype(const Tensor& x);
 std::int64_t count_params(const Tensor& x);  ///< ValueError if the shape is not fully known
 Shape get_variable_shape(const Tensor& x);
 
-/// ---- values ---------------------------------------------------------------------------------
+// ---- values ---------------------------------------------------------------------------------
 NDArray eval(const Tensor& x);  ///< evaluating an update op performs it
 NDArray get_value(const Tensor& x);
 void set_value(const Tensor& x, const NDArray& value);  ///< cast to x's dtype; shape must match
@@ -100,7 +100,7 @@ void batch_set_value(const std::vector<std::pair<Tensor, NDArray>>& tuples);
 /// Constraint of a variable (null function if none).
 const std::function<Tensor(const Tensor&)>& variable_constraint(const Tensor& x);
 
-/// ---- creation -----------------------------------------------------------------------------
+// ---- creation -----------------------------------------------------------------------------
 struct CreateOptions {
   std::string dtype;  ///< "" = floatx()
   std::string name;
@@ -116,7 +116,7 @@ Tensor ones_like(const Tensor& x, const CreateOptions& options = {});
 Tensor identity(const Tensor& x, const std::string& name = "");
 Tensor cast(const Tensor& x, const std::string& dtype);
 
-/// ---- random ---------------------------------------------------------------------------------
+// ---- random ---------------------------------------------------------------------------------
 struct RandomOptions {
   std::string dtype;  ///< "" = floatx()
   std::optional<std::uint64_t> seed;
@@ -133,6 +133,9 @@ Tensor random_normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,
                      const RandomOptions& options = {});
 Tensor truncated_normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,
                         const RandomOptions& options = {});
+/// 1 where a uniform draw in [0, 1) is <= p, else 0 (Keras 2.2.4 on TF: tf.where(random_uniform
+/// <= p, ones, zeros)), so p <= 0 gives (almost surely) zeros and p >= 1 ones. A float dtype.
+Tensor random_binomial(const Shape& shape, double p = 0.0, const RandomOptions& options = {});
 /// Picks a seed as Keras does for seed=None (from the generator seeded by set_random_seed).
 std::uint64_t draw_seed();
 
@@ -140,7 +143,7 @@ std::uint64_t draw_seed();
 /// tf.Print it fires only when the returned tensor is used.
 Tensor print_tensor(const Tensor& x, const std::string& message = "");
 
-/// ---- random state (a ktape extension, for exact resumption) -----------------------------------
+// ---- random state (a ktape extension, for exact resumption) -----------------------------------
 /// The random ops `outputs` depend on (dropout masks, random_uniform / random_normal /
 /// truncated_normal draws), in creation order. Each draws fresh numbers on every call from its
 /// seed and its call counter: saving the counters and restoring them makes a resumed run draw
@@ -149,7 +152,7 @@ std::vector<Tensor> random_sources(const std::vector<Tensor>& outputs);
 std::uint64_t random_counter(const Tensor& random_op);  ///< ValueError if not a random op
 void set_random_counter(const Tensor& random_op, std::uint64_t calls);
 
-/// ---- eager / symbolic ----------------------------------------------------------------------
+// ---- eager / symbolic ----------------------------------------------------------------------
 /// Keras 2.3's decorators: wrap a callable so that its body runs in an eager scope (every node
 /// that needs no placeholder is evaluated as it is built) or a symbolic one.
 template <class F>

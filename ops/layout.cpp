@@ -22,9 +22,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
 // leading dims flatten into one. a (..., K) . b (K, N) -> (..., N); a^T . b with a (..., M) and
 // b (..., N) over the same leading dims -> (M, N) (a sum over every row: weight gradients).
 Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
-  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   const Shape& a = in[0];
   const Shape& b = in[1];
   auto fail = [&](const std::string& why) {
@@ -58,9 +58,9 @@ Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& a = n.inputs[0];
   const Tensor& b = n.inputs[1];
-  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   if (!ta && !tb) return {matmul(g, b, false, true), matmul(a, g, true, false)};
   if (ta && !tb) return {matmul(b, g, false, true), matmul(a, g, false, false)};
   if (!ta && tb) return {matmul(g, b, false, false), matmul(g, a, true, false)};
@@ -70,17 +70,17 @@ G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
 // a . b over the rows of a: stacking a's rows (a per-step (B, K) into (T, B, K)) stacks the
 // results.
 unsigned matmul_stack_map(const Node& n) {
-  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   const bool plain = !ta && !tb;
   return plain && n.inputs[0].ndim() == 2 && n.inputs[1].ndim() == 2 ? 0b01u : 0u;
 }
 // a^T . b sums over the rows both share: stacking both sums the per-step products.
 unsigned matmul_stack_sum(const Node& n) {
-  const auto matMul_attrs = attrs::MatMul::of(n.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(n.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   const bool at_b = ta && !tb;
   const Shape& a = n.inputs[0].shape();
   const Shape& b = n.inputs[1].shape();
@@ -254,9 +254,9 @@ G slice_pad_grad(const Node& n, const Tensor&, const Tensor& g) {
   return {make_node(Op::Slice, {g}, n.attrs, g.dtype()), Tensor()};
 }
 G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
-  const auto concatPart_attrs = attrs::ConcatPart::of(n.attrs);
-  const auto axis = concatPart_attrs.axis;
-  const auto k = concatPart_attrs.k;
+  const auto concat_part_attrs = attrs::ConcatPart::of(n.attrs);
+  const auto axis = concat_part_attrs.axis;
+  const auto k = concat_part_attrs.k;
   std::vector<Tensor> parts;
   for (std::size_t i = 1; i < n.inputs.size(); ++i)
     parts.push_back(i - 1 == k ? gg : zeros_like(n.inputs[i], {.dtype = dtype(gg)}));
@@ -363,6 +363,39 @@ Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
   const int a = normalize_axis(axis, tensors[0].ndim(), "K::concatenate");
   if (tensors.size() == 1) return tensors[0];
   return make_node(Op::Concat, tensors, attrs::Axis::make(a), tensors[0].dtype());
+}
+
+Tensor repeat_elements(const Tensor& x, int rep, int axis) {
+  const char* fn = "K::repeat_elements";
+  const int ax = normalize_axis(axis, x.ndim(), fn);
+  if (rep < 0) throw ValueError(std::string(fn) + ": rep " + std::to_string(rep) + " is negative");
+  if (rep == 1) return x;
+  // (..., n, 1, ...) concatenated rep times on the new axis, then merged back into axis.
+  const Tensor e = expand_dims(x, ax + 1);
+  const Tensor copies = rep == 0 ? slice(e, std::vector<std::int64_t>(e.ndim(), 0),
+                                         [&] {
+                                           std::vector<std::int64_t> sz(e.ndim(), -1);
+                                           sz[static_cast<std::size_t>(ax + 1)] = 0;
+                                           return sz;
+                                         }())
+                                 : concatenate(std::vector<Tensor>(rep, e), ax + 1);
+  std::vector<std::int64_t> target;
+  int unknown = 0;
+  for (int d = 0; d < x.ndim(); ++d) {
+    std::int64_t v = x.shape()[d];
+    if (v >= 0 && d == ax) v *= rep;
+    if (v < 0 && d == 0 && ax != 0) {
+      v = kCopyDim0;
+    } else if (v < 0) {
+      v = -1;
+      ++unknown;
+    }
+    target.push_back(v);
+  }
+  if (unknown > 1)
+    throw ValueError(std::string(fn) + ": x of shape " + x.shape().str() +
+                     " has more than one unknown dim besides the batch");
+  return make_node(Op::Reshape, {copies}, attrs::IntList::make(target), x.dtype());
 }
 
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,

@@ -25,6 +25,9 @@ Tensor concatenate(const std::vector<Tensor>& tensors, int axis = -1);
 /// of the axis. ValueError when a slice leaves the tensor.
 Tensor slice(const Tensor& x, const std::vector<std::int64_t>& start,
              const std::vector<std::int64_t>& size);
+/// Each slice along `axis` repeated `rep` times in place (numpy's repeat): (2, 3) with rep 2 on
+/// axis 0 gives rows 0, 0, 1, 1. Besides the batch dim, at most one dim may be unknown.
+Tensor repeat_elements(const Tensor& x, int rep, int axis);
 /// Stacks tensors of one shape along a new axis (Keras `stack`).
 Tensor stack(const std::vector<Tensor>& tensors, int axis = 0);
 

@@ -3,6 +3,9 @@
 #include <cctype>
 #include <unordered_map>
 
+#include "engine/config.hpp"
+#include "ops/kernels/attrs.hpp"
+
 namespace ktape::ops {
 
 std::string fn_name(Op op) {
@@ -74,6 +77,44 @@ Shape broadcast_shapes(const char* fn, const Shape& a, const Shape& b) {
   }
   if (r > 12) throw ValueError(std::string(fn) + ": tensors of rank above 12 are not supported");
   return Shape(std::move(out));
+}
+
+std::string dims_str(std::span<const std::int64_t> v) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+bool channels_first(const char* fn, const std::optional<std::string>& data_format) {
+  try {
+    return config::normalize_data_format(data_format) == "channels_first";
+  } catch (const ValueError& e) {
+    throw ValueError(std::string(fn) + ": " + e.what());
+  }
+}
+
+std::vector<std::int64_t> spatial_tuple(const char* fn, const char* arg,
+                                        const std::vector<std::int64_t>& v, int rank) {
+  std::vector<std::int64_t> out;
+  if (v.empty()) out.assign(static_cast<std::size_t>(rank), 1);
+  if (v.size() == 1) out.assign(static_cast<std::size_t>(rank), v[0]);
+  if (static_cast<int>(v.size()) == rank) out = v;
+  if (out.empty())
+    throw ValueError(std::string(fn) + ": `" + arg + "` " + dims_str(v) + " must have " +
+                     std::to_string(rank) + " entries (one per spatial dim)");
+  for (auto x : out)
+    if (x < 1)
+      throw ValueError(std::string(fn) + ": `" + arg + "` " + dims_str(v) +
+                       " must hold positive values");
+  return out;
+}
+
+int padding_mode(const char* fn, const std::string& padding, bool causal_ok) {
+  if (padding == "valid") return attrs::Window::kValid;
+  if (padding == "same") return attrs::Window::kSame;
+  if (padding == "causal" && causal_ok) return kCausal;
+  throw ValueError(std::string(fn) + ": Invalid padding: \"" + padding + "\" (expected " +
+                   (causal_ok ? "\"valid\", \"same\" or \"causal\")" : "\"valid\" or \"same\")"));
 }
 
 Shape same_as_input0(const Node&, const std::vector<Shape>& in) { return in[0]; }

@@ -2,6 +2,9 @@
 // messages, scalar constants, and the shape rules shared between families. Not public.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +23,18 @@ Tensor scalar(double v, DType dtype);
 // numpy broadcasting of static shapes (None-aware). Throws ValueError naming fn.
 Shape broadcast_shapes(const char* fn, const Shape& a, const Shape& b);
 
+// "(2, 3)" for messages.
+std::string dims_str(std::span<const std::int64_t> v);
+// Arguments of the sliding-window ops (conv, pooling, padding), with Keras's messages prefixed
+// by fn. data_format unset: image_data_format(). A spatial tuple: empty -> all 1, one value ->
+// that value on every spatial dim, else exactly `rank` positive values.
+bool channels_first(const char* fn, const std::optional<std::string>& data_format);
+std::vector<std::int64_t> spatial_tuple(const char* fn, const char* arg,
+                                        const std::vector<std::int64_t>& v, int rank);
+// "valid" -> attrs::Window::kValid, "same" -> kSame, "causal" (only where causal_ok) -> kCausal.
+inline constexpr int kCausal = 3;
+int padding_mode(const char* fn, const std::string& padding, bool causal_ok);
+
 // Shape rules usable as OpDef::shape.
 Shape same_as_input0(const Node& n, const std::vector<Shape>& in);
 Shape broadcast_rule(const Node& n, const std::vector<Shape>& in);
@@ -32,5 +47,8 @@ void register_reduction_ops();
 void register_nn_ops();
 void register_layout_ops();
 void register_control_ops();
+void register_conv_ops();
+void register_pool_ops();
+void register_image_ops();
 
 }  // namespace ktape::ops

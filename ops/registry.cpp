@@ -14,6 +14,9 @@ void register_all_ops() {
   ops::register_nn_ops();
   ops::register_layout_ops();
   ops::register_control_ops();
+  ops::register_conv_ops();
+  ops::register_pool_ops();
+  ops::register_image_ops();
   register_loop_ops();
 }
 

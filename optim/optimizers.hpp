@@ -90,7 +90,7 @@ class Optimizer {
   std::vector<Tensor> weights_;
 };
 
-/// ---- SGD ----------------------------------------------------------------------------------
+// ---- SGD ----------------------------------------------------------------------------------
 
 struct SGDOptions {
   double lr = 0.01;
@@ -122,7 +122,7 @@ class SGD final : public Optimizer {
              std::vector<Tensor>& updates, std::vector<Tensor>& weights) override;
 };
 
-/// ---- RMSprop, Adagrad, Adadelta ---------------------------------------------------------------
+// ---- RMSprop, Adagrad, Adadelta ---------------------------------------------------------------
 
 struct RMSpropOptions {
   double lr = 0.001;
@@ -210,7 +210,7 @@ class Adadelta final : public Optimizer {
   void upgrade_legacy_weights(std::vector<NDArray>& weights) const override;
 };
 
-/// ---- Adam, Adamax, Nadam ----------------------------------------------------------------------
+// ---- Adam, Adamax, Nadam ----------------------------------------------------------------------
 
 struct AdamOptions {
   double lr = 0.001;
@@ -314,7 +314,7 @@ class Nadam final : public Optimizer {
   void upgrade_legacy_weights(std::vector<NDArray>& weights) const override;
 };
 
-/// ---- serialization (keras.optimizers.serialize / deserialize / get) ------------------------
+// ---- serialization (keras.optimizers.serialize / deserialize / get) ------------------------
 
 /// {"class_name": "Adam", "config": {...}} as Keras writes it in model JSON.
 nlohmann::json serialize(const Optimizer& optimizer);

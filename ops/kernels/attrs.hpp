@@ -179,6 +179,88 @@ struct ScanPart {
   }
 };
 
+// The sliding-window ops (Conv, ConvBackpropInput, ConvBackpropFilter, Pool, MaxPoolGrad,
+// MaxPoolGradGrad, AvgPoolGrad): `rank` spatial dims (1 to 3) laid out (N, S..., C), or
+// (N, C, S...) when channels_first. Conv: input channels split in `groups` (a depthwise conv has
+// one input channel per group), kernel (window..., in / groups, out). Padding kValid, kSame (TF
+// SAME: out = ceil(in / stride), the odd cell at the end) or kExplicit (pad_before/pad_after:
+// causal conv1d). Pool: mode kMax / kAvg (avg counts only cells inside the input).
+// out_spatial: the spatial dims of a ConvBackpropInput that has no shape donor (transposed conv),
+// else empty. str: the K:: function, for messages.
+struct Window {
+  static constexpr int kValid = 0, kSame = 1, kExplicit = 2;
+  static constexpr int kConv = 0, kMax = 1, kAvg = 2;
+  int rank;
+  bool channels_first;
+  std::int64_t groups;
+  int padding, mode;
+  Ints strides, dilation, window, pad_before, pad_after, out_spatial;
+  const std::string& fn;
+  static Window of(const Attrs& a) {
+    const Ints all(a.ints);
+    const auto r = static_cast<std::size_t>(a.ints[0]);
+    const bool has_out = a.ints.size() > 5 + 5 * r;
+    return {static_cast<int>(r),
+            a.ints[1] != 0,
+            a.ints[2],
+            static_cast<int>(a.ints[3]),
+            static_cast<int>(a.ints[4]),
+            all.subspan(5, r),
+            all.subspan(5 + r, r),
+            all.subspan(5 + 2 * r, r),
+            all.subspan(5 + 3 * r, r),
+            all.subspan(5 + 4 * r, r),
+            has_out ? all.subspan(5 + 5 * r, r) : Ints(),
+            a.str};
+  }
+  struct Spec {
+    int rank = 2;
+    bool channels_first = false;
+    std::int64_t groups = 1;
+    int padding = kValid, mode = kConv;
+    std::vector<std::int64_t> strides, dilation, window, pad_before, pad_after, out_spatial;
+  };
+  static Attrs make(const Spec& s, std::string fn) {
+    Attrs a;
+    a.ints = {s.rank, s.channels_first ? 1 : 0, s.groups, s.padding, s.mode};
+    auto put = [&](const std::vector<std::int64_t>& v, std::int64_t fill) {
+      for (int i = 0; i < s.rank; ++i)
+        a.ints.push_back(static_cast<std::size_t>(i) < v.size() ? v[static_cast<std::size_t>(i)]
+                                                                : fill);
+    };
+    put(s.strides, 1);
+    put(s.dilation, 1);
+    put(s.window, 1);
+    put(s.pad_before, 0);
+    put(s.pad_after, 0);
+    if (!s.out_spatial.empty()) put(s.out_spatial, -1);
+    a.str = std::move(fn);
+    return a;
+  }
+  Spec spec() const {
+    auto v = [](Ints x) { return std::vector<std::int64_t>(x.begin(), x.end()); };
+    return {rank,        channels_first, groups,        padding,      mode,          v(strides),
+            v(dilation), v(window),      v(pad_before), v(pad_after), v(out_spatial)};
+  }
+};
+
+// Pad: zeros added before and after each axis (a negative amount crops).
+struct Pad {
+  Ints before, after;
+  static Pad of(const Attrs& a) {
+    const Ints all(a.ints);
+    const std::size_t r = all.size() / 2;
+    return {all.first(r), all.subspan(r)};
+  }
+  static Attrs make(const std::vector<std::int64_t>& before,
+                    const std::vector<std::int64_t>& after) {
+    Attrs a;
+    a.ints = before;
+    a.ints.insert(a.ints.end(), after.begin(), after.end());
+    return a;
+  }
+};
+
 // Assign: the K:: function that built it (for messages).
 struct Assign {
   const std::string& fn;

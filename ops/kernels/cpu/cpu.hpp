@@ -10,4 +10,5 @@ void register_cpu_matmul(Backend& b);
 void register_cpu_elementwise(Backend& b);
 void register_cpu_reduce(Backend& b);
 void register_cpu_layout(Backend& b);
+void register_cpu_conv(Backend& b);
 }  // namespace ktape::kernels

@@ -18,9 +18,9 @@ using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>
 
 template <class T>
 void matmul_kernel(const KernelCall& c) {
-  const auto matMul_attrs = attrs::MatMul::of(*c.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(*c.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).

@@ -6,15 +6,13 @@
 namespace ktape {
 
 void register_cpu_kernels(Backend& b) {
-  kernels::register_reference_elementwise(b);
-  kernels::register_reference_reduce(b);
-  kernels::register_reference_nn(b);
-  kernels::register_reference_layout(b);
+  kernels::register_reference_all(b);
   b.fuse_elementwise = true;
   kernels::register_cpu_matmul(b);
   kernels::register_cpu_elementwise(b);
   kernels::register_cpu_reduce(b);
   kernels::register_cpu_layout(b);
+  kernels::register_cpu_conv(b);
 }
 
 }  // namespace ktape

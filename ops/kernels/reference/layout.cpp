@@ -15,9 +15,9 @@ namespace {
 template <class T>
 void matmul_kernel(const KernelCall& c) {
   using C = Compute<T>;
-  const auto matMul_attrs = attrs::MatMul::of(*c.attrs);
-  const auto ta = matMul_attrs.ta;
-  const auto tb = matMul_attrs.tb;
+  const auto matmul_attrs = attrs::MatMul::of(*c.attrs);
+  const auto ta = matmul_attrs.ta;
+  const auto tb = matmul_attrs.tb;
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   // Operands of rank > 2 are stacks of rows (see ops/layout.cpp).
@@ -71,14 +71,14 @@ void concat_kernel(const KernelCall& c) {
 
 template <class T>
 void concat_part_kernel(const KernelCall& c) {
-  const auto concatPart_attrs = attrs::ConcatPart::of(*c.attrs);
-  const auto axis = concatPart_attrs.axis;
-  const auto part = concatPart_attrs.k;
+  const auto concat_part_attrs = attrs::ConcatPart::of(*c.attrs);
+  const auto axis = concat_part_attrs.axis;
+  const auto part = concat_part_attrs.k;
   const ArrayRef& g = c.in[0];
   std::int64_t outer, n_g, inner;
   split_axis(g.dims, g.ndim, axis, outer, n_g, inner);
   std::int64_t off = 0;
-  for (int k = 0; k < part; ++k) off += c.in[1 + k].dims[axis];
+  for (std::size_t k = 0; k < part; ++k) off += c.in[1 + k].dims[axis];
   const std::int64_t nk = c.out.dims[axis];
   const T* pg = ptr<T>(g);
   T* y = ptr<T>(c.out);
@@ -145,6 +145,7 @@ void register_reference_all(Backend& b) {
   register_reference_reduce(b);
   register_reference_nn(b);
   register_reference_layout(b);
+  register_reference_window(b);
 }
 
 }  // namespace ktape::kernels

@@ -88,7 +88,7 @@ void one_hot_kernel(const KernelCall& c) {
   }
 }
 
-template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal
+template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal, 3 binomial (a = p)
 void random_kernel(const KernelCall& c) {
   const auto random_attrs = attrs::Random::of(*c.attrs);
   const auto shape = random_attrs.shape;
@@ -102,8 +102,10 @@ void random_kernel(const KernelCall& c) {
       v = a + (b - a) * rng::uniform(c.seed, c.counter, u);
     else if constexpr (Kind == 1)
       v = a + b * rng::normal(c.seed, c.counter, u);
-    else
+    else if constexpr (Kind == 2)
       v = a + b * rng::truncated_normal(c.seed, c.counter, u);
+    else
+      v = rng::uniform(c.seed, c.counter, u) <= a ? 1.0 : 0.0;
     y[i] = static_cast<T>(static_cast<Compute<T>>(v));
   }
 }
@@ -132,6 +134,7 @@ void reg(Backend& b, TypeList<Ts...>) {
   (b.set(Op::RandomUniform, dtype_of<Ts>, &random_kernel<Ts, 0>), ...);
   (b.set(Op::RandomNormal, dtype_of<Ts>, &random_kernel<Ts, 1>), ...);
   (b.set(Op::TruncatedNormal, dtype_of<Ts>, &random_kernel<Ts, 2>), ...);
+  (b.set(Op::RandomBinomial, dtype_of<Ts>, &random_kernel<Ts, 3>), ...);
   (b.set(Op::DropoutMask, dtype_of<Ts>, &dropout_mask_kernel<Ts>), ...);
 }
 

@@ -1,0 +1,65 @@
+// How the cpu convolution kernels split one call: tiles of pixels gathered into a matrix (im2col)
+// and multiplied by the kernel with a GEMM, a fixed number of slots (tasks) each working through
+// a run of tiles with its own piece of scratch. Shared by the ops' compile hook, which reserves
+// the scratch in the Function's arena, and by the kernels, so both agree on the bytes. The split
+// depends only on the shapes: results are the same at any thread count. Not a public header.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/parallel.hpp"
+#include "ops/kernels/window.hpp"
+
+namespace ktape::kernels {
+
+enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
+
+struct ConvPlan {
+  std::int64_t rows = 1;             // pixels per tile: rows of the gathered matrix
+  std::int64_t cols = 1;             // its columns: window cells x channels read per pixel
+  std::int64_t out_cols = 1;         // channels each pixel produces
+  std::int64_t tiles_per_image = 1;  // tiles never straddle two images
+  std::int64_t tiles = 1;
+  std::int64_t slots = 1;
+  std::int64_t tiles_per_slot = 1;
+  std::size_t shared_bytes = 0;  // at the start of the scratch (the reordered kernel)
+  std::size_t slot_bytes = 0;    // then one piece per slot (a tile; a partial kernel gradient)
+  std::size_t bytes() const { return shared_bytes + static_cast<std::size_t>(slots) * slot_bytes; }
+};
+
+// Whether the GEMM path serves this geometry (one group); other groupings run a direct loop.
+inline bool conv_uses_gemm(const WindowDims& g) { return g.groups == 1; }
+
+inline std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
+
+inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) {
+  ConvPlan p;
+  if (!conv_uses_gemm(g)) {
+    p.slots = 0;
+    return p;
+  }
+  const bool input = pass == ConvPass::kBackpropInput;
+  const std::int64_t pixels = input ? g.in_pixels : g.out_pixels;
+  p.cols = g.k_count * (input ? g.cy : g.cx);
+  p.out_cols = input ? g.cx : g.cy;
+  // A gathered tile of about 96 KiB stays in L2 next to the kernel panel.
+  const auto budget = static_cast<std::int64_t>(96 * 1024 / elem);
+  p.rows = std::clamp<std::int64_t>(budget / std::max<std::int64_t>(p.cols, 1), 4, 256);
+  p.rows = std::max<std::int64_t>(1, std::min(p.rows, pixels));
+  p.tiles_per_image = pixels == 0 ? 0 : (pixels + p.rows - 1) / p.rows;
+  p.tiles = g.n * p.tiles_per_image;
+  const double flops = 2.0 * static_cast<double>(g.n) * static_cast<double>(pixels) *
+                       static_cast<double>(p.cols) * static_cast<double>(p.out_cols);
+  p.slots = slot_count(flops / 8.0, p.tiles, 64);
+  p.tiles_per_slot = p.tiles == 0 ? 0 : (p.tiles + p.slots - 1) / p.slots;
+  if (p.tiles > 0) p.slots = (p.tiles + p.tiles_per_slot - 1) / p.tiles_per_slot;
+  p.slot_bytes = round64(static_cast<std::size_t>(p.rows * p.cols) * elem);
+  if (pass == ConvPass::kBackpropFilter)
+    p.slot_bytes += round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
+  if (input) p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
+  return p;
+}
+
+}  // namespace ktape::kernels
