@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <tbb/global_control.h>
 
 #include "ktape/ktape.hpp"
 #include "test_util.hpp"
@@ -738,6 +741,81 @@ TEST(ConvGrad, BackwardOpsAreDifferentiable) {
   };
   const auto r = ktape::gradcheck(f, {normal({1, 4, 3, 2}, 70), normal({2, 2, 2, 2}, 71)});
   EXPECT_TRUE(r.ok) << r.report;
+}
+
+// Shapes big enough for the cpu kernels' tiling: several tiles per image and several slots
+// (tasks), in both data formats, against the reference kernels; and the same bits whatever
+// the thread count.
+struct Big {
+  std::string name;
+  Fn f;
+  std::vector<NDArray> inputs;
+};
+
+std::vector<Big> big_cases() {
+  return {
+      {"conv2d_same",
+       [](const V& v) { return K::conv2d(v[0], v[1], {.padding = "same"}); },
+       {normal({3, 20, 19, 16}, 80), normal({3, 3, 16, 24}, 81, 0.2)}},
+      {"conv2d_strided_cf",
+       [](const V& v) {
+         return K::conv2d(v[0], v[1],
+                          {.strides = {2, 2}, .padding = "same", .data_format = "channels_first"});
+       },
+       {normal({2, 12, 23, 21}, 82), normal({5, 4, 12, 20}, 83, 0.2)}},
+      {"pool_max_cl",
+       [](const V& v) {
+         return K::pool2d(v[0], {3, 3}, {.strides = {2, 2}, .padding = "same"});
+       },
+       {distinct({4, 21, 20, 16}, 84)}},
+      {"pool_avg_cf",
+       [](const V& v) {
+         return K::pool2d(v[0], {2, 2},
+                          {.strides = {2, 2}, .data_format = "channels_first", .pool_mode = "avg"});
+       },
+       {normal({3, 8, 22, 21}, 85)}},
+  };
+}
+
+std::vector<NDArray> forward_and_gradients(const Big& k, const std::string& backend, DType dt) {
+  const std::string dn(ktape::dtype_name(dt));
+  V phs;
+  std::vector<NDArray> feed;
+  for (const auto& in : k.inputs) {
+    phs.push_back(K::placeholder(in.shape(), {.dtype = dn}));
+    feed.push_back(in.astype(dt));
+  }
+  const Tensor y = k.f(phs);
+  V outs{y};
+  for (const auto& g : K::gradients(K::sum(K::square(y)), phs)) outs.push_back(g);
+  return K::function(phs, outs, {}, {.backend = backend})(feed);
+}
+
+TEST(ConvTiling, LargeShapesMatchTheReference) {
+  for (const auto& k : big_cases()) {
+    SCOPED_TRACE(k.name);
+    const auto cpu = forward_and_gradients(k, "cpu", DType::float64);
+    const auto ref = forward_and_gradients(k, "reference", DType::float64);
+    for (std::size_t o = 0; o < cpu.size(); ++o)
+      for (std::int64_t i = 0; i < cpu[o].size(); ++i)
+        ASSERT_NEAR(cpu[o].item(i), ref[o].item(i), 1e-9 * (1 + std::abs(ref[o].item(i))))
+            << "output " << o << " element " << i;
+  }
+}
+
+TEST(ConvTiling, SameBitsAtAnyThreadCount) {
+  for (const auto& k : big_cases()) {
+    SCOPED_TRACE(k.name);
+    const auto many = forward_and_gradients(k, "cpu", DType::float32);
+    std::vector<NDArray> one;
+    {
+      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+      one = forward_and_gradients(k, "cpu", DType::float32);
+    }
+    for (std::size_t o = 0; o < many.size(); ++o)
+      ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
+          << "output " << o;
+  }
 }
 
 // ---- errors --------------------------------------------------------------------------------

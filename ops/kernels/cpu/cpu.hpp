@@ -11,4 +11,5 @@ void register_cpu_elementwise(Backend& b);
 void register_cpu_reduce(Backend& b);
 void register_cpu_layout(Backend& b);
 void register_cpu_conv(Backend& b);
+void register_cpu_pool(Backend& b);
 }  // namespace ktape::kernels

@@ -13,6 +13,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_cpu_reduce(b);
   kernels::register_cpu_layout(b);
   kernels::register_cpu_conv(b);
+  kernels::register_cpu_pool(b);
 }
 
 }  // namespace ktape

@@ -1,0 +1,206 @@
+// cpu pooling (float32, float64), both data formats: the forward pass and MaxPoolGradGrad
+// parallel over output pixels with the channels innermost; the two backward passes scatter
+// window by window within one image per task (images never share a cell), in the window order
+// of the reference kernels. Max pooling's argmax is the first maximum in scan order (a NaN
+// counts as the maximum), as in ops/kernels/reference/window.cpp.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/backend.hpp"
+#include "ops/kernels/attrs.hpp"
+#include "ops/kernels/common.hpp"
+#include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/window.hpp"
+
+namespace ktape::kernels {
+
+namespace {
+
+struct Layout {
+  bool cf;
+  std::int64_t pixels, ch;
+  std::int64_t at(std::int64_t n, std::int64_t p, std::int64_t c) const {
+    return cf ? (n * ch + c) * pixels + p : (n * pixels + p) * ch + c;
+  }
+};
+
+// The window of output pixel op clipped to the input: kernel indices [lo, hi) per spatial dim.
+struct Box {
+  int r;
+  std::int64_t start[3], lo[3], hi[3], d[3], in[3];
+  std::int64_t count;
+};
+
+inline Box window_box(const WindowDims& g, std::int64_t op) {
+  Box b;
+  b.r = g.r;
+  b.count = 1;
+  std::int64_t o[3];
+  unflatten(op, g.r, g.out, o);
+  for (int i = 0; i < g.r; ++i) {
+    b.start[i] = o[i] * g.s[i] - g.pb[i];
+    b.d[i] = g.d[i];
+    b.in[i] = g.in[i];
+    b.lo[i] = b.start[i] < 0 ? (-b.start[i] + g.d[i] - 1) / g.d[i] : 0;
+    const std::int64_t last = g.in[i] - 1 - b.start[i];  // largest k*d inside
+    b.hi[i] = last < 0 ? 0 : std::min(g.k[i], last / g.d[i] + 1);
+    b.count *= std::max<std::int64_t>(0, b.hi[i] - b.lo[i]);
+  }
+  return b;
+}
+
+// Calls f(input pixel) for every cell of the box, in the scan order of the kernel's cells.
+template <class F>
+inline void for_each_cell(const Box& b, F&& f) {
+  if (b.count == 0) return;
+  std::int64_t k[3] = {b.lo[0], b.lo[1], b.lo[2]};
+  for (;;) {
+    std::int64_t ip = 0;
+    for (int i = 0; i < b.r; ++i) ip = ip * b.in[i] + b.start[i] + k[i] * b.d[i];
+    f(ip);
+    int i = b.r - 1;
+    for (; i >= 0; --i) {
+      if (++k[i] < b.hi[i]) break;
+      k[i] = b.lo[i];
+    }
+    if (i < 0) return;
+  }
+}
+
+template <class T>
+inline bool beats(T v, T best) {
+  return v > best || (std::isnan(v) && !std::isnan(best));
+}
+
+template <class T>
+std::int64_t argmax_cell(const T* x, const Layout& xl, std::int64_t n, std::int64_t c,
+                         const Box& box) {
+  std::int64_t best = -1;
+  T bv = 0;
+  for_each_cell(box, [&](std::int64_t ip) {
+    const T v = x[xl.at(n, ip, c)];
+    if (best < 0 || beats(v, bv)) best = ip, bv = v;
+  });
+  return best;
+}
+
+template <class T>
+void pool_kernel(const KernelCall& c) {
+  const auto w = attrs::Window::of(*c.attrs);
+  const WindowDims g = window_dims(w, c.in[0], c.out);
+  const T* x = ptr<T>(c.in[0]);
+  T* y = ptr<T>(c.out);
+  const Layout xl{g.cf, g.in_pixels, g.cx}, yl{g.cf, g.out_pixels, g.cy};
+  const bool max = w.mode == attrs::Window::kMax;
+  parallel_for(
+      g.n * g.out_pixels, static_cast<double>(g.k_count * g.cx),
+      [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const std::int64_t n = i / g.out_pixels, op = i % g.out_pixels;
+          const Box box = window_box(g, op);
+          if (!g.cf) {
+            // Channels innermost: each cell adds one contiguous row of channels.
+            T* row = y + yl.at(n, op, 0);
+            bool first = true;
+            for_each_cell(box, [&](std::int64_t ip) {
+              const T* src = x + xl.at(n, ip, 0);
+              if (first) {
+                std::memcpy(row, src, static_cast<std::size_t>(g.cx) * sizeof(T));
+                first = false;
+              } else if (max) {
+                for (std::int64_t ch = 0; ch < g.cx; ++ch)
+                  row[ch] = beats(src[ch], row[ch]) ? src[ch] : row[ch];
+              } else {
+                for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] += src[ch];
+              }
+            });
+            if (!max)
+              for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] /= static_cast<T>(box.count);
+            continue;
+          }
+          for (std::int64_t ch = 0; ch < g.cx; ++ch) {
+            T v = 0;
+            bool first = true;
+            for_each_cell(box, [&](std::int64_t ip) {
+              const T u = x[xl.at(n, ip, ch)];
+              if (first)
+                v = u, first = false;
+              else if (max)
+                v = beats(u, v) ? u : v;
+              else
+                v += u;
+            });
+            y[yl.at(n, op, ch)] = max ? v : v / static_cast<T>(box.count);
+          }
+        }
+      },
+      1);
+}
+
+// MaxPoolGrad(x, dy) and AvgPoolGrad(dy, like) -> dx, one image per task.
+template <class T, bool Max>
+void pool_grad_kernel(const KernelCall& c) {
+  const ArrayRef& dyr = Max ? c.in[1] : c.in[0];
+  const WindowDims g = window_dims(attrs::Window::of(*c.attrs), c.out, dyr);
+  const T* x = ptr<T>(c.in[0]);
+  const T* dy = ptr<T>(dyr);
+  T* dx = ptr<T>(c.out);
+  const Layout xl{g.cf, g.in_pixels, g.cx}, yl{g.cf, g.out_pixels, g.cy};
+  const std::int64_t image = g.in_pixels * g.cx;
+  parallel_for(
+      g.n, static_cast<double>(g.out_pixels * g.k_count * g.cx),
+      [&](std::int64_t n0, std::int64_t n1) {
+        std::memset(dx + n0 * image, 0, static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
+        for (std::int64_t n = n0; n < n1; ++n)
+          for (std::int64_t op = 0; op < g.out_pixels; ++op) {
+            const Box box = window_box(g, op);
+            for (std::int64_t ch = 0; ch < g.cx; ++ch) {
+              const T gv = dy[yl.at(n, op, ch)];
+              if constexpr (Max) {
+                dx[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)] += gv;
+              } else {
+                const T share = gv / static_cast<T>(box.count);
+                for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
+              }
+            }
+          }
+      },
+      1);
+}
+
+// MaxPoolGradGrad(x, h) -> (y's shape): h at each window's argmax.
+template <class T>
+void max_pool_grad_grad_kernel(const KernelCall& c) {
+  const WindowDims g = window_dims(attrs::Window::of(*c.attrs), c.in[0], c.out);
+  const T* x = ptr<T>(c.in[0]);
+  const T* h = ptr<T>(c.in[1]);
+  T* y = ptr<T>(c.out);
+  const Layout xl{g.cf, g.in_pixels, g.cx}, yl{g.cf, g.out_pixels, g.cy};
+  parallel_for(
+      g.n * g.out_pixels, static_cast<double>(g.k_count * g.cx),
+      [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const std::int64_t n = i / g.out_pixels, op = i % g.out_pixels;
+          const Box box = window_box(g, op);
+          for (std::int64_t ch = 0; ch < g.cx; ++ch)
+            y[yl.at(n, op, ch)] = h[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)];
+        }
+      },
+      1);
+}
+
+}  // namespace
+
+void register_cpu_pool(Backend& b) {
+  b.set(Op::Pool, DType::float32, &pool_kernel<float>);
+  b.set(Op::Pool, DType::float64, &pool_kernel<double>);
+  b.set(Op::MaxPoolGrad, DType::float32, &pool_grad_kernel<float, true>);
+  b.set(Op::MaxPoolGrad, DType::float64, &pool_grad_kernel<double, true>);
+  b.set(Op::AvgPoolGrad, DType::float32, &pool_grad_kernel<float, false>);
+  b.set(Op::AvgPoolGrad, DType::float64, &pool_grad_kernel<double, false>);
+  b.set(Op::MaxPoolGradGrad, DType::float32, &max_pool_grad_grad_kernel<float>);
+  b.set(Op::MaxPoolGradGrad, DType::float64, &max_pool_grad_grad_kernel<double>);
+}
+
+}  // namespace ktape::kernels
