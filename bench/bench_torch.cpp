@@ -4,6 +4,10 @@
 // and the LSTM step of BM_LstmStep (bench_rnn.cpp):
 //   BM_TorchLstmStep/<batch>/<threads, 0 = every core>: torch::nn::LSTM(28, 128, batch_first) on
 //   (batch, 28, 28), its last output -> Linear(128, 10), cross_entropy, plain SGD (lr 0.01)
+// and the CNN step of BM_CnnStep (bench_cnn.cpp):
+//   BM_TorchCnnStep/<batch>/<threads, 0 = every core>: Conv2d(1, 32, 3) relu, max_pool2d 2,
+//   Conv2d(32, 64, 3) relu, max_pool2d 2, Linear(1600, 128) relu, Linear(128, 10) on
+//   (batch, 1, 28, 28) (PyTorch's native NCHW), cross_entropy, plain SGD (lr 0.01)
 // Built only when find_package(Torch) finds LibTorch (Debian: libtorch-dev).
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
@@ -84,6 +88,34 @@ void BM_TorchLstmStep(benchmark::State& state) {
   time_sgd_steps(state, std::make_shared<TorchLstm>(), torch::rand({state.range(0), 28, 28}));
 }
 BENCHMARK(BM_TorchLstmStep)
+    ->Args({32, 0})
+    ->Args({128, 0})
+    ->Args({32, 1})
+    ->Args({128, 1})
+    ->Unit(benchmark::kMillisecond);
+
+struct TorchCnn : torch::nn::Module {
+  torch::nn::Conv2d c1{nullptr}, c2{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  TorchCnn() {
+    c1 = register_module("c1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3)));
+    c2 = register_module("c2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3)));
+    fc1 = register_module("fc1", torch::nn::Linear(1600, 128));
+    fc2 = register_module("fc2", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::max_pool2d(torch::relu(c1->forward(x)), 2);
+    h = torch::max_pool2d(torch::relu(c2->forward(h)), 2);
+    return fc2->forward(torch::relu(fc1->forward(h.flatten(1))));
+  }
+};
+
+void BM_TorchCnnStep(benchmark::State& state) {
+  set_threads(state);
+  time_sgd_steps(state, std::make_shared<TorchCnn>(),
+                 torch::full({state.range(0), 1, 28, 28}, 0.5f));
+}
+BENCHMARK(BM_TorchCnnStep)
     ->Args({32, 0})
     ->Args({128, 0})
     ->Args({32, 1})

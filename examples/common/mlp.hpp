@@ -1,22 +1,9 @@
-// The Fashion-MNIST MLP shared by examples/fashion_mlp and the end-to-end test:
-// 784-256-128-10, relu, dropout through K::in_train_phase, glorot-uniform weights, sparse
-// categorical crossentropy on softmax outputs, trained by one of the Keras optimizers of
-// optim/optimizers.hpp (their get_updates builds the step), with a per-epoch History and
-// checkpoints from which training resumes exactly.
+// The Fashion-MNIST MLP shared by examples/fashion_mlp and the end-to-end test: 784-256-128-10,
+// relu, dropout after each hidden layer through K::in_train_phase, glorot-uniform weights, zero
+// biases, softmax output; trained as every example Classifier (examples/common/classifier.hpp).
 #pragma once
 
-#include <cstdint>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "examples/common/fashion_mnist.hpp"
-#include "train/history.hpp"
-#include "ktape/ktape.hpp"
-#include "optim/optimizers.hpp"
+#include "examples/common/classifier.hpp"
 
 namespace ktape::examples {
 
@@ -24,114 +11,22 @@ struct MlpConfig {
   int hidden1 = 256;
   int hidden2 = 128;
   double dropout = 0.2;
-  // One of optimizer_names(): sgd (plain SGD), momentum / nesterov (SGD with momentum 0.9,
-  // Nesterov's variant for the latter), rmsprop, adagrad, adadelta, adam, adamax, nadam; each
-  // with Keras's defaults for everything but the learning rate.
-  std::string optimizer = "sgd";
-  std::optional<double> lr;  // unset: default_lr(optimizer)
+  std::string optimizer = "sgd";  // see TrainConfig
+  std::optional<double> lr;       // unset: default_lr(optimizer)
   int batch_size = 128;
-  // Seeds the initial weights, the dropout masks and the shuffle order: a fixed seed gives the
-  // same training, bit for bit, on the same machine and build.
   std::uint64_t seed = 1;
 };
 
-// The accepted MlpConfig::optimizer names, in the order listed above.
-const std::vector<std::string>& optimizer_names();
-// The learning rate used when MlpConfig::lr is unset: sgd 0.1, momentum and nesterov 0.01,
-// rmsprop 0.001, adagrad 0.01, adadelta 1.0, adam 0.001, adamax 0.002, nadam 0.002.
-// ValueError (listing the valid names) for another name.
-double default_lr(const std::string& optimizer);
-
-struct EpochStats {
-  double loss = 0;  // mean over the samples (each batch's mean weighted by its size)
-  double acc = 0;
-  double seconds = 0;
-};
-
-struct EpochResult {
-  int epoch = 0;     // 1-based number of the epoch just trained
-  EpochStats train;  // training loss/accuracy (with dropout), averaged over the epoch
-  EpochStats val;    // loss/accuracy on the validation set after the epoch (no dropout)
-};
-
-// Called after each training batch: samples done so far in the epoch, and that batch's mean
-// loss and accuracy.
-using BatchCallback = std::function<void(std::int64_t done, double loss, double acc)>;
-
-class Mlp {
+// The trainable variables are named as Keras names a Sequential of 3 Dense layers:
+// "dense_1/kernel", "dense_1/bias", ..., "dense_3/bias".
+class Mlp : public Classifier {
  public:
-  // Builds the model, the optimizer and the train/eval Functions. ValueError for an unknown
-  // optimizer, a learning rate <= 0, a batch size <= 0 or a dropout outside [0, 1).
+  // ValueError as Classifier, or for hidden sizes <= 0.
   explicit Mlp(const MlpConfig& config);
-  ~Mlp();
-  Mlp(const Mlp&) = delete;
-  Mlp& operator=(const Mlp&) = delete;
-
-  // One pass over `train` in a shuffled order drawn from the model's shuffle generator (a
-  // std::mt19937_64 seeded with config.seed, advanced by every epoch). Allocates nothing per
-  // batch beyond what `on_batch` does.
-  EpochStats train_epoch(const data::Dataset& train, const BatchCallback& on_batch = {});
-  // Mean loss and accuracy in test mode (learning phase 0: no dropout), in batches of 1000.
-  // K::switch computes both branches, so the dropout nodes still draw and their counters
-  // advance (once per batch): evaluating changes the masks later training draws, exactly as
-  // in the version of this example with hand-written SGD, whose numbers `sgd` reproduces.
-  EpochStats evaluate(const data::Dataset& test);
-  // train_epoch, then evaluate on `val`, then one History record {loss, acc, val_loss, val_acc}
-  // with the whole epoch's seconds; epochs_done() grows by one.
-  EpochResult fit_epoch(const data::Dataset& train, const data::Dataset& val,
-                        const BatchCallback& on_batch = {});
-
-  // Epochs completed: fit_epoch calls, plus those recorded in a loaded checkpoint.
-  int epochs_done() const { return epochs_done_; }
-  const train::History& history() const { return history_; }
-  std::int64_t num_params() const;
   const MlpConfig& config() const { return cfg_; }
-  // The optimizer's current learning rate (its `lr` variable).
-  double lr() const;
-  optimizers::Optimizer& optimizer() { return *opt_; }
-  // The trainable variables named as Keras names a Sequential of 3 Dense layers:
-  // "dense_1/kernel", "dense_1/bias", ..., "dense_3/bias".
-  const std::vector<Tensor>& params() const { return params_; }
-
-  // Writes a checkpoint (save_npz: a temp file renamed into place, so a crash leaves the previous
-  // file intact). Entries, numpy-readable with np.load:
-  //   dense_{1,2,3}/{kernel,bias}:0     the weights (float32)
-  //   optimizer/<weight name>:0         every optimizer weight: optimizer/iterations:0 (int64),
-  //                                     then its slots, e.g. optimizer/dense_1/kernel/m:0
-  //   optimizer/lr:0                    the learning rate variable
-  //   training/optimizer                the MlpConfig::optimizer name (uint8 text)
-  //   training/optimizer_config         Keras's serialized optimizer JSON (uint8 text)
-  //   training/seed                     MlpConfig::seed (int64)
-  //   training/dropout                  MlpConfig::dropout (float64)
-  //   training/epochs_done              (int64)
-  //   training/shuffle_rng              the shuffle generator's state (uint8 text, std::ostream
-  //                                     form of std::mt19937_64)
-  //   training/dropout_counters         the dropout nodes' call counters (int64 bit patterns)
-  //   training/history.csv              History::to_csv() (uint8 text)
-  void save_checkpoint(const std::string& path) const;
-  // Restores everything save_checkpoint wrote, so the next fit_epoch continues exactly as the
-  // run that wrote the file would have (bit-identical losses). The learning rate comes from the
-  // checkpoint unless MlpConfig::lr is set, which then wins. Nothing is changed if the file is
-  // not a checkpoint of this model: IOError if it is not a readable .npz file, ValueError if it
-  // is not an MLP checkpoint, was written with another optimizer, seed or dropout rate (or
-  // records no rate), or has weights or optimizer slots of other shapes or dtypes (naming the
-  // entry).
-  void load_checkpoint(const std::string& path);
 
  private:
   MlpConfig cfg_;
-  std::vector<Tensor> params_;
-  std::unique_ptr<optimizers::Optimizer> opt_;
-  std::vector<Tensor> random_nodes_;  // the DropoutMask nodes of the training graph, by id
-  Function train_fn_, eval_fn_;
-  std::mt19937_64 shuffle_rng_;
-  int epochs_done_ = 0;
-  train::History history_;
-  // Reused across batches and epochs, so a step allocates nothing: the shuffled order, the fed
-  // arrays of full and last (shorter) batches, the outputs.
-  std::vector<std::int64_t> order_;
-  std::vector<NDArray> train_full_, train_tail_, eval_full_, eval_tail_;
-  std::vector<NDArray> outs_;
 };
 
 }  // namespace ktape::examples

@@ -41,13 +41,37 @@ struct Layout {
   std::int64_t channel_step() const { return cf ? pixels : 1; }
 };
 
+// memcpy / memset of `count` elements; short runs (a first layer's pixel of 1-3 channels) as a
+// plain loop, which beats a library call there (GCC would turn the loops back into calls).
+#if defined(__GNUC__) && !defined(__clang__)
+#define KTAPE_NO_LIBCALLS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define KTAPE_NO_LIBCALLS
+#endif
+template <class T>
+KTAPE_NO_LIBCALLS inline void copy_n(T* dst, const T* src, std::int64_t count) {
+  if (count <= 16) {
+    for (std::int64_t i = 0; i < count; ++i) dst[i] = src[i];
+  } else {
+    std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
+  }
+}
+template <class T>
+KTAPE_NO_LIBCALLS inline void zero_n(T* dst, std::int64_t count) {
+  if (count <= 16) {
+    for (std::int64_t i = 0; i < count; ++i) dst[i] = T(0);
+  } else {
+    std::memset(dst, 0, static_cast<std::size_t>(count) * sizeof(T));
+  }
+}
+
 // Copies `count` channels of one pixel (channel stride cs) into dst, or zeros.
 template <class T>
 inline void copy_channels(T* dst, const T* src, std::int64_t count, std::int64_t cs) {
   if (!src) {
-    std::memset(dst, 0, static_cast<std::size_t>(count) * sizeof(T));
+    zero_n(dst, count);
   } else if (cs == 1) {
-    std::memcpy(dst, src, static_cast<std::size_t>(count) * sizeof(T));
+    copy_n(dst, src, count);
   } else {
     for (std::int64_t c = 0; c < count; ++c) dst[c] = src[c * cs];
   }
@@ -82,18 +106,67 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
   const std::int64_t* ext = backward ? g.in : g.out;
   const std::int64_t cols = g.k_count * sl.ch;
   const T* img = src + sl.image(n);
+  const int r = g.r, last = g.r - 1;
   std::int64_t from[3], k[3];
-  for (std::int64_t r = 0; r < rows; ++r) {
-    unflatten(p0 + r, g.r, ext, from);
-    T* row = col + r * cols;
-    for (std::int64_t cell = 0; cell < g.k_count; ++cell) {
-      unflatten(cell, g.r, g.k, k);
-      const std::int64_t sp = window_source(g, backward, from, k);
-      copy_channels(row + cell * sl.ch, sp < 0 ? nullptr : img + sp * sl.pixel_step(), sl.ch,
-                    sl.channel_step());
+  if (backward || sl.cf) {
+    for (std::int64_t i = 0; i < rows; ++i) {
+      unflatten(p0 + i, r, ext, from);
+      T* row = col + i * cols;
+      for (std::int64_t cell = 0; cell < g.k_count; ++cell) {
+        unflatten(cell, r, g.k, k);
+        const std::int64_t sp = window_source(g, backward, from, k);
+        copy_channels(row + cell * sl.ch, sp < 0 ? nullptr : img + sp * sl.pixel_step(), sl.ch,
+                      sl.channel_step());
+      }
+    }
+    return;
+  }
+  // Forward, channels_last: the cells of one kernel row (the last spatial dim) read a run of
+  // input pixels; with dilation 1 the part inside the input is one contiguous copy.
+  const std::int64_t kl = g.k[last], dl = g.d[last], ch = sl.ch;
+  const std::int64_t outer_cells = g.k_count / kl;
+  std::int64_t stride[3];
+  stride[last] = 1;
+  for (int i = last - 1; i >= 0; --i) stride[i] = stride[i + 1] * g.in[i + 1];
+  for (std::int64_t i = 0; i < rows; ++i) {
+    unflatten(p0 + i, r, ext, from);
+    T* out = col + i * cols;
+    for (std::int64_t oc = 0; oc < outer_cells; ++oc, out += kl * ch) {
+      // The outer dims' input coordinates; outside the input: the whole run is zero.
+      std::int64_t base = 0;
+      bool inside = true;
+      std::int64_t rest = oc;
+      for (int d = last - 1; d >= 0; --d) {
+        const std::int64_t kd = rest % g.k[d];
+        rest /= g.k[d];
+        const std::int64_t v = from[d] * g.s[d] - g.pb[d] + kd * g.d[d];
+        inside = inside && v >= 0 && v < g.in[d];
+        base += v * stride[d];
+      }
+      if (!inside) {
+        zero_n(out, kl * ch);
+        continue;
+      }
+      const std::int64_t start = from[last] * g.s[last] - g.pb[last];
+      // Cells j in [lo, hi) land inside: start + j*dl in [0, in).
+      const std::int64_t lo = start < 0 ? std::min(kl, (-start + dl - 1) / dl) : 0;
+      const std::int64_t hi = std::max(
+          lo, std::min(kl, (g.in[last] - 1 - start) < 0 ? std::int64_t{0}
+                                                        : (g.in[last] - 1 - start) / dl + 1));
+      if (lo > 0) zero_n(out, lo * ch);
+      if (hi < kl) zero_n(out + hi * ch, (kl - hi) * ch);
+      const T* in = img + (base + start) * ch;
+      if (dl == 1) {
+        if (hi > lo) copy_n(out + lo * ch, in + lo * ch, (hi - lo) * ch);
+      } else {
+        for (std::int64_t j = lo; j < hi; ++j) copy_n(out + j * ch, in + j * dl * ch, ch);
+      }
     }
   }
 }
+
+// Products with at most this many columns (window cells x input channels) skip the GEMM.
+constexpr std::int64_t kDirectCols = 16;
 
 // out[tile] = col . M for rows [p0, p0 + rows) of image n of an array with layout ol.
 template <class T>
@@ -103,7 +176,29 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
   const MapC<T> C(col, rows, cols, Eigen::OuterStride<>(cols));
   const MapC<T> M(m, cols, out_cols, Eigen::OuterStride<>(out_cols));
   T* base = out + ol.image(n);
-  if (!ol.cf) {
+  if (!ol.cf && cols <= kDirectCols) {
+    // A thin product (a first layer's few input channels): a GEMM's packing would cost more
+    // than the arithmetic, so each output row is a short sum of kernel rows, accumulated in
+    // registers kBlock output channels at a time.
+    constexpr std::int64_t kBlock = 32;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      T* y = base + (p0 + r) * out_cols;
+      const T* a = col + r * cols;
+      std::int64_t o0 = 0;
+      using Block = Eigen::Matrix<T, 1, kBlock>;
+      for (; o0 + kBlock <= out_cols; o0 += kBlock) {
+        Block acc = a[0] * Eigen::Map<const Block>(m + o0);
+        for (std::int64_t j = 1; j < cols; ++j)
+          acc.noalias() += a[j] * Eigen::Map<const Block>(m + j * out_cols + o0);
+        Eigen::Map<Block>(y + o0) = acc;
+      }
+      for (std::int64_t o = o0; o < out_cols; ++o) {
+        T v = 0;
+        for (std::int64_t j = 0; j < cols; ++j) v += a[j] * m[j * out_cols + o];
+        y[o] = v;
+      }
+    }
+  } else if (!ol.cf) {
     MapM<T> Y(base + p0 * out_cols, rows, out_cols, Eigen::OuterStride<>(out_cols));
     Y.noalias() = C * M;
   } else {

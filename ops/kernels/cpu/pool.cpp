@@ -138,7 +138,10 @@ void pool_kernel(const KernelCall& c) {
       1);
 }
 
-// MaxPoolGrad(x, dy) and AvgPoolGrad(dy, like) -> dx, one image per task.
+// MaxPoolGrad(x, dy) and AvgPoolGrad(dy, like) -> dx, one image per task. channels_last max:
+// each window finds the argmax of a block of channels at once (channels innermost).
+constexpr std::int64_t kChannelBlock = 256;
+
 template <class T, bool Max>
 void pool_grad_kernel(const KernelCall& c) {
   const ArrayRef& dyr = Max ? c.in[1] : c.in[0];
@@ -152,9 +155,30 @@ void pool_grad_kernel(const KernelCall& c) {
       g.n, static_cast<double>(g.out_pixels * g.k_count * g.cx),
       [&](std::int64_t n0, std::int64_t n1) {
         std::memset(dx + n0 * image, 0, static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
+        T best_v[kChannelBlock];
+        std::int64_t best_p[kChannelBlock];
         for (std::int64_t n = n0; n < n1; ++n)
           for (std::int64_t op = 0; op < g.out_pixels; ++op) {
             const Box box = window_box(g, op);
+            if (Max && !g.cf) {
+              for (std::int64_t c0 = 0; c0 < g.cx; c0 += kChannelBlock) {
+                const std::int64_t cn = std::min(kChannelBlock, g.cx - c0);
+                bool first = true;
+                for_each_cell(box, [&](std::int64_t ip) {
+                  const T* v = x + xl.at(n, ip, c0);
+                  if (first) {
+                    for (std::int64_t j = 0; j < cn; ++j) best_v[j] = v[j], best_p[j] = ip;
+                    first = false;
+                    return;
+                  }
+                  for (std::int64_t j = 0; j < cn; ++j)
+                    if (beats(v[j], best_v[j])) best_v[j] = v[j], best_p[j] = ip;
+                });
+                const T* gv = dy + yl.at(n, op, c0);
+                for (std::int64_t j = 0; j < cn; ++j) dx[xl.at(n, best_p[j], c0 + j)] += gv[j];
+              }
+              continue;
+            }
             for (std::int64_t ch = 0; ch < g.cx; ++ch) {
               const T gv = dy[yl.at(n, op, ch)];
               if constexpr (Max) {

@@ -1,0 +1,99 @@
+// The CNN of examples/fashion_cnn, and its two convolutions alone:
+//   BM_CnnStep/<batch>/<threads, 0 = every core>: one SGD step (lr 0.01) of conv 32 (3x3) relu
+//     -> max-pool 2 -> conv 64 (3x3) relu -> max-pool 2 -> dense 128 relu -> dense 10 softmax
+//     (no dropout, as BM_TorchCnnStep), channels_last, sparse categorical crossentropy
+//   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>: the
+//     CNN's layer shapes (1: 28x28x1 -> 26x26x32, 2: 13x13x32 -> 11x11x64), FLOP/s counters;
+//     the Function returns one element of the result rather than a copy of it
+// BM_TorchCnnStep (bench_torch.cpp) is the same step in LibTorch.
+#include <benchmark/benchmark.h>
+
+#include <tbb/global_control.h>
+
+#include <memory>
+
+#include "examples/common/cnn.hpp"
+#include "ktape/ktape.hpp"
+
+namespace K = ktape::backend;
+using ktape::NDArray;
+using ktape::Shape;
+
+namespace {
+
+std::unique_ptr<tbb::global_control> limit_threads(std::int64_t threads) {
+  if (threads <= 0) return nullptr;
+  return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                               static_cast<std::size_t>(threads));
+}
+
+void BM_CnnStep(benchmark::State& state) {
+  const auto batch = state.range(0);
+  const auto threads = limit_threads(state.range(1));
+  const auto spec = ktape::examples::cnn_spec({});
+  auto x = K::placeholder({K::None, 28, 28, 1});
+  auto t = K::placeholder({K::None}, {.dtype = "int32"});
+  const auto m = spec.build(x, [](const ktape::Tensor& h, std::uint64_t) { return h; });
+  auto loss = K::mean(K::sparse_categorical_crossentropy(t, m.probs));
+  auto g = K::gradients(loss, m.params);
+  std::vector<ktape::Tensor> ups;
+  for (std::size_t i = 0; i < m.params.size(); ++i)
+    ups.push_back(K::update_sub(m.params[i], 0.01 * g[i]));
+  auto f = K::function({x, t}, {loss}, ups);
+  NDArray xb = NDArray::full(Shape{batch, 28, 28, 1}, 0.5);
+  NDArray tb(Shape{batch}, ktape::DType::int32);
+  for (std::int64_t i = 0; i < batch; ++i) tb.data<std::int32_t>()[i] = static_cast<int>(i % 10);
+  std::vector<NDArray> ins{xb, tb}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * batch);
+  state.SetLabel(state.range(1) > 0 ? std::to_string(state.range(1)) + " threads" : "every core");
+}
+BENCHMARK(BM_CnnStep)
+    ->Args({32, 0})
+    ->Args({128, 0})
+    ->Args({32, 1})
+    ->Args({128, 1})
+    ->Unit(benchmark::kMillisecond);
+
+// One element of t: what a benchmark Function returns so that copying out the result costs
+// nothing.
+ktape::Tensor corner(const ktape::Tensor& t) {
+  return K::slice(t, std::vector<std::int64_t>(static_cast<std::size_t>(t.ndim()), 0),
+                  std::vector<std::int64_t>(static_cast<std::size_t>(t.ndim()), 1));
+}
+
+void BM_Conv2d(benchmark::State& state) {
+  const int layer = static_cast<int>(state.range(0));
+  const int pass = static_cast<int>(state.range(1));
+  const auto batch = state.range(2);
+  const std::int64_t hw = layer == 1 ? 28 : 13, cin = layer == 1 ? 1 : 32,
+                     cout = layer == 1 ? 32 : 64, out = hw - 2;
+  auto x = K::placeholder({batch, hw, hw, cin});
+  auto k = K::variable(NDArray::full(Shape{3, 3, cin, cout}, 0.01));
+  auto y = K::conv2d(x, k);
+  ktape::Tensor target = y;
+  if (pass > 0) {
+    auto dy = K::placeholder({batch, out, out, cout});
+    target = K::gradients({y}, {pass == 1 ? x : k}, {dy})[0];
+    auto f = K::function({x, dy}, {corner(target)});
+    std::vector<NDArray> ins{NDArray::full(Shape{batch, hw, hw, cin}, 0.5),
+                             NDArray::full(Shape{batch, out, out, cout}, 0.25)},
+        outs;
+    f.run(ins, outs);
+    for (auto _ : state) f.run(ins, outs);
+  } else {
+    auto f = K::function({x}, {corner(target)});
+    std::vector<NDArray> ins{NDArray::full(Shape{batch, hw, hw, cin}, 0.5)}, outs;
+    f.run(ins, outs);
+    for (auto _ : state) f.run(ins, outs);
+  }
+  const double flops = 2.0 * static_cast<double>(batch * out * out * cout * 9 * cin);
+  state.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
+                                                benchmark::Counter::kIsRate);
+  static const char* passes[] = {"forward", "input gradient", "kernel gradient"};
+  state.SetLabel(std::string("layer ") + std::to_string(layer) + " " + passes[pass]);
+}
+BENCHMARK(BM_Conv2d)->ArgsProduct({{1, 2}, {0, 1, 2}, {128}})->Unit(benchmark::kMillisecond);
+
+}  // namespace

@@ -1,0 +1,88 @@
+#include "examples/common/run.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+#include "train/progbar.hpp"
+#include "train/svg_plot.hpp"
+
+namespace ktape::examples {
+
+void add_run_flags(train::FlagParser& flags, RunFlags& run) {
+  flags.integer("--epochs", run.epochs, 0);
+  flags.integer("--limit", run.limit, 1);
+  flags.text("--data-dir", run.data_dir);
+  flags.text("--save", run.save_path);
+  flags.text("--load", run.load_path);
+  flags.text("--history", run.history_path);
+  flags.text("--plot", run.plot_path);
+}
+
+int run_classifier(const std::string& program, const RunFlags& run,
+                   const std::function<std::unique_ptr<Classifier>()>& make,
+                   const std::function<std::string(const Classifier&)>& describe,
+                   const std::string& plot_title) {
+  try {
+    namespace K = ktape::backend;
+    namespace T = ktape::train;
+    // Output paths fail now, not after the first epoch has trained.
+    if (!run.save_path.empty()) T::check_writable("--save", run.save_path);
+    if (!run.history_path.empty()) T::check_writable("--history", run.history_path);
+    if (!run.plot_path.empty()) T::check_writable("--plot", run.plot_path);
+    const auto train = data::load_fashion_mnist(run.data_dir, "train", run.limit);
+    const auto test = data::load_fashion_mnist(run.data_dir, "t10k", run.limit);
+    const std::int64_t n = train.images.shape()[0];
+    std::cout << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
+              << " test samples; backend " << K::backend() << '\n';
+    const auto model = make();
+    if (!run.load_path.empty()) {
+      model->load_checkpoint(run.load_path);
+      std::cout << "Resumed from " << run.load_path << " after epoch " << model->epochs_done()
+                << '\n';
+    }
+    std::cout << describe(*model) << '\n';
+    std::cout.flush();
+    if (model->epochs_done() >= run.epochs && run.epochs > 0)
+      std::cout << "The checkpoint is already at epoch " << model->epochs_done() << " of "
+                << run.epochs << "; nothing to train.\n";
+
+    T::Metrics batch_metrics{{"loss", 0.0}, {"acc", 0.0}};  // reused: no allocation per batch
+    double val_acc = 0;
+    bool trained = false;
+    for (int e = model->epochs_done() + 1; e <= run.epochs; ++e) {
+      T::print_epoch_header(std::cout, e, run.epochs);
+      T::Progbar bar(n);
+      double last_loss = 0, last_acc = 0;
+      const auto r = model->fit_epoch(train, test, [&](std::int64_t done, double loss, double acc) {
+        if (done < n) {
+          batch_metrics[0].second = loss;
+          batch_metrics[1].second = acc;
+          bar.update(done, batch_metrics);
+        } else {  // the last batch goes with the validation metrics, as in Keras
+          last_loss = loss;
+          last_acc = acc;
+        }
+      });
+      bar.update(n, {{"loss", last_loss},
+                     {"acc", last_acc},
+                     {"val_loss", r.val.loss},
+                     {"val_acc", r.val.acc}});
+      val_acc = r.val.acc;
+      trained = true;
+      if (!run.save_path.empty()) model->save_checkpoint(run.save_path);
+      if (!run.history_path.empty()) model->history().write_csv(run.history_path);
+      if (!run.plot_path.empty()) T::write_history_svg(model->history(), run.plot_path, plot_title);
+    }
+    if (!trained) val_acc = model->evaluate(test).acc;
+    std::printf("Final test accuracy: %.4f\n", val_acc);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "%s: error: out of memory\n", program.c_str());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace ktape::examples

@@ -1,0 +1,35 @@
+// The command-line driver the classifier examples share (fashion_mlp, fashion_cnn): the common
+// flags, then load Fashion-MNIST, build the model, resume from --load, train to --epochs with
+// Keras's progress bar, write the checkpoint, CSV history and SVG plot after every epoch, and
+// print the final test accuracy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "examples/common/classifier.hpp"
+#include "train/flags.hpp"
+
+namespace ktape::examples {
+
+struct RunFlags {
+  int epochs = 10;
+  std::int64_t limit = -1;
+  std::string data_dir = data::default_fashion_mnist_dir();
+  std::string save_path, load_path, history_path, plot_path;
+};
+
+// Registers --epochs, --limit, --data-dir, --save, --load, --history and --plot.
+void add_run_flags(train::FlagParser& flags, RunFlags& run);
+
+// Runs the training described above; `make` builds the model (after the data loaded),
+// `describe` gives the line printed about it. Returns the exit code: every exception becomes
+// "<program>: error: <message>" on stderr and 1.
+int run_classifier(const std::string& program, const RunFlags& run,
+                   const std::function<std::unique_ptr<Classifier>()>& make,
+                   const std::function<std::string(const Classifier&)>& describe,
+                   const std::string& plot_title);
+
+}  // namespace ktape::examples
