@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "engine/errors.hpp"
@@ -11,11 +12,12 @@ namespace ktape {
 
 namespace {
 
-constexpr std::int64_t kChunk = 2048;       // elements per pass of a fused group (stays in L1/L2)
-constexpr std::int64_t kMinFuse = 2;        // every chain of arrays fuses (scalars stay separate)
-constexpr int kMaxFusedInputs = 8;          // operands of one member kernel
+constexpr std::int64_t kChunk = 2048;  // elements per pass of a fused group (stays in L1/L2)
+constexpr std::int64_t kMinFuse = 2;   // every chain of arrays fuses (scalars stay separate)
+constexpr int kMaxFusedInputs = 8;     // operands of one member kernel
 
-constexpr std::int64_t kMaxRowChunk = 8192;  // a row operand's chunk: lcm(width, 64) * k
+constexpr std::int64_t kMaxRowChunk = 8192;      // a row operand's chunk: lcm(width, 64) * k
+constexpr std::int64_t kMaxColumnChunk = 16384;  // a column operand's: lcm(inner, 64) * k
 
 // `in` broadcasts along the leading axes of `out`: its dims (leading 1s dropped) are out's
 // trailing dims. Such a row operand (a bias) repeats every `in.size` elements.
@@ -29,32 +31,68 @@ bool is_row_of(const Shape& in, const Shape& out) {
   return true;
 }
 
-std::int64_t gcd(std::int64_t a, std::int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+// `in` broadcasts along the leading and the trailing axes of `out`: dropping its leading 1s, its
+// dims are out's dims [a, b) followed by 1s on every axis after b < ndim. Such a column operand
+// (a channels_first bias (C, 1, 1)) holds each value for `inner` = prod(out[b:]) elements.
+bool is_column_of(const Shape& in, const Shape& out, std::int64_t& inner) {
+  const int r = out.ndim(), pad = r - in.ndim();  // in aligned right, as numpy broadcasts
+  if (pad < 0) return false;
+  auto dim = [&](int i) { return i < pad ? std::int64_t{1} : in[i - pad]; };
+  int b = r;
+  while (b > 0 && dim(b - 1) == 1 && out[b - 1] != 1) --b;
+  if (b == r) return false;
+  int a = b;
+  while (a > 0 && dim(a - 1) == out[a - 1]) --a;
+  for (int i = 0; i < a; ++i)
+    if (dim(i) != 1) return false;
+  inner = 1;
+  for (int i = b; i < r; ++i) inner *= out[i];
+  return inner > 1;
+}
 
-// Elements per chunk of a group whose row operands have width w (0: none): a multiple of 64
-// (the same packet boundaries as an unfused kernel) and of w (every chunk starts a row).
-std::int64_t chunk_for(std::int64_t w) {
-  if (w <= 0) return kChunk;
-  const std::int64_t l = w / gcd(w, 64) * 64;
+std::int64_t gcd(std::int64_t a, std::int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+std::int64_t lcm64(std::int64_t w) { return w / gcd(w, 64) * 64; }
+
+// How a group's operands broadcast: none, rows of `width` (inner 0), or columns of `width`
+// values each held for `inner` elements.
+struct Broadcast {
+  std::int64_t width = 0, inner = 0;
+  bool operator==(const Broadcast&) const = default;
+  bool none() const { return width == 0; }
+};
+
+// Elements per chunk: a multiple of 64 (the same packet boundaries as an unfused kernel) and of
+// the row width (every chunk starts a row) or of the column's run (every chunk starts a run).
+std::int64_t chunk_for(const Broadcast& b) {
+  if (b.none()) return kChunk;
+  const std::int64_t l = lcm64(b.inner > 0 ? b.inner : b.width);
   return l >= kChunk ? l : l * (kChunk / l);
 }
 
-// -1: not fusable; else the row width of its row operands (0 if none).
-std::int64_t fusable(const Plan& p, const Step& s) {
-  if (s.fused || !s.node || !op_def(s.node->op).elementwise) return -1;
+// Whether the step can join a fused pass, and how its operands broadcast.
+bool fusable(const Plan& p, const Step& s, Broadcast& bc) {
+  bc = {};
+  if (s.fused || !s.node || !op_def(s.node->op).elementwise) return false;
   const Value& out = p.values[static_cast<std::size_t>(s.out)];
   if (out.size < kMinFuse || s.in_values.size() > static_cast<std::size_t>(kMaxFusedInputs))
-    return -1;
-  std::int64_t w = 0;
+    return false;
   for (int iv : s.in_values) {
     const Value& in = p.values[static_cast<std::size_t>(iv)];
     if (in.size == out.size || in.size == 1) continue;
-    if (in.size == 0 || out.size % in.size != 0 || !is_row_of(in.shape, out.shape) ||
-        (w != 0 && w != in.size) || in.size / gcd(in.size, 64) * 64 > kMaxRowChunk)
-      return -1;
-    w = in.size;
+    if (in.size == 0 || out.size % in.size != 0) return false;
+    Broadcast mine{in.size, 0};
+    std::int64_t inner = 0;
+    if (is_row_of(in.shape, out.shape)) {
+      if (lcm64(in.size) > kMaxRowChunk) return false;
+    } else if (is_column_of(in.shape, out.shape, inner) && lcm64(inner) <= kMaxColumnChunk) {
+      mine.inner = inner;
+    } else {
+      return false;
+    }
+    if (!bc.none() && !(bc == mine)) return false;
+    bc = mine;
   }
-  return w;
+  return true;
 }
 
 // Scratch for the registers of a fused group: one block per thread, grown once, never freed
@@ -101,13 +139,13 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   // Consumers through an alias (a reshape, an assignment) count as consumers of the root; an
   // elementwise consumer of the same element count reads the elements in the same order.
   std::vector<int> group_of(ns, -1);
-  std::vector<int> group_root;          // step index where each group runs
-  std::vector<std::int64_t> group_row;  // row width of the group's row operands (0: none)
+  std::vector<int> group_root;      // step index where each group runs
+  std::vector<Broadcast> group_bc;  // how the group's operands broadcast
   std::vector<std::vector<int>> members;
   for (std::size_t s = ns; s-- > 0;) {
     const Step& st = p.steps[s];
-    const std::int64_t row = fusable(p, st);
-    if (row < 0) continue;
+    Broadcast bc;
+    if (!fusable(p, st, bc)) continue;
     const std::int64_t n = p.values[static_cast<std::size_t>(st.out)].size;
     int chosen = -1;
     const auto& cs = consumers[static_cast<std::size_t>(st.out)];
@@ -117,15 +155,15 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
         if (g < 0 ||
             p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(c)].out)].size != n)
           continue;
-        const std::int64_t grow = group_row[static_cast<std::size_t>(g)];
-        if (row != 0 && grow != 0 && row != grow) continue;
+        const Broadcast& gbc = group_bc[static_cast<std::size_t>(g)];
+        if (!bc.none() && !gbc.none() && !(bc == gbc)) continue;
         const bool ok = std::all_of(cs.begin(), cs.end(), [&](int c2) {
           return group_of[static_cast<std::size_t>(c2)] == g ||
                  c2 > group_root[static_cast<std::size_t>(g)];
         });
         if (ok) {
           chosen = g;
-          if (row != 0) group_row[static_cast<std::size_t>(g)] = row;
+          if (!bc.none()) group_bc[static_cast<std::size_t>(g)] = bc;
           break;
         }
       }
@@ -134,7 +172,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       chosen = static_cast<int>(members.size());
       members.emplace_back();
       group_root.push_back(static_cast<int>(s));
-      group_row.push_back(row);
+      group_bc.push_back(bc);
     }
     group_of[s] = chosen;
     members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
@@ -153,8 +191,9 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     auto step = std::make_unique<Step>();
     const int root = group_root[g];
     prog->n = p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(root)].out)].size;
-    prog->row = group_row[g];
-    prog->chunk = chunk_for(prog->row);
+    prog->row = group_bc[g].width;
+    prog->inner = group_bc[g].inner;
+    prog->chunk = chunk_for(group_bc[g]);
     std::vector<FusedOperand> where(nv, FusedOperand{FusedOperand::kInput, false, -1});
     std::vector<char> is_member_out(nv, 0);
     for (int m : ms)
@@ -178,7 +217,9 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
           w.index = static_cast<int>(step->in_values.size());
           const std::int64_t in_size = p.values[static_cast<std::size_t>(iv)].size;
           w.scalar = in_size == 1 && prog->n > 1;
-          w.row = !w.scalar && in_size != prog->n;
+          const bool broadcast = !w.scalar && in_size != prog->n;
+          w.row = broadcast && prog->inner == 0;
+          w.column = broadcast && prog->inner > 0;
           step->in_values.push_back(iv);
         }
         ins.ins.push_back(w);
@@ -206,6 +247,18 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       ins.dtype = val.dtype;
       prog->max_in = std::max(prog->max_in, static_cast<int>(ins.ins.size()));
       prog->instrs.push_back(std::move(ins));
+    }
+    // Each column input's values for one chunk's runs, after the registers.
+    prog->column_offset.assign(step->in_values.size(), 0);
+    for (std::size_t k = 0; k < step->in_values.size(); ++k) {
+      const int iv = step->in_values[k];
+      const auto& w = where[static_cast<std::size_t>(iv)];
+      if (!w.column) continue;
+      prog->column_offset[k] = prog->scratch_bytes;
+      prog->scratch_bytes += (static_cast<std::size_t>(prog->chunk / prog->inner) *
+                                  dtype_size(p.values[static_cast<std::size_t>(iv)].dtype) +
+                              63) /
+                             64 * 64;
     }
     step->fn = &run_fused;
     step->node = p.steps[static_cast<std::size_t>(root)].node;
@@ -236,16 +289,31 @@ void run_fused(const KernelCall& c) {
     for (std::int64_t ch = c0; ch < c1; ++ch) {
       const std::int64_t start = ch * chunk;
       const std::int64_t len = std::min(chunk, P.n - start);
-      // With row operands, full operands are seen as (rows, width) so kernels broadcast rows.
-      const std::int64_t dims[2] = {P.row > 0 ? len / P.row : len, P.row};
+      // With row operands, full operands are seen as (rows, width) so kernels broadcast rows;
+      // with column operands as (runs, inner), each column as (runs, 1).
+      const std::int64_t runs = P.inner > 0 ? len / P.inner : 0;
+      const std::int64_t dims[2] = {P.inner > 0 ? runs : (P.row > 0 ? len / P.row : len),
+                                    P.inner > 0 ? P.inner : P.row};
       const int full_ndim = P.row > 0 ? 2 : 1;
       const std::int64_t row_dims[1] = {P.row};
+      const std::int64_t column_dims[2] = {runs, 1};
       auto ref = [&](const FusedOperand& o, DType dt) {
         switch (o.where) {
           case FusedOperand::kInput: {
             const ArrayRef& a = c.in[o.index];
             if (o.scalar) return ArrayRef{a.data, nullptr, 0, 1, a.dtype};
             if (o.row) return ArrayRef{a.data, row_dims, 1, P.row, a.dtype};
+            if (o.column) {
+              char* col = regs + P.column_offset[static_cast<std::size_t>(o.index)];
+              const std::size_t es = dtype_size(a.dtype);
+              const std::int64_t first = start / P.inner;
+              for (std::int64_t r = 0; r < runs; ++r)
+                std::memcpy(col + static_cast<std::size_t>(r) * es,
+                            static_cast<const char*>(a.data) +
+                                static_cast<std::size_t>((first + r) % P.row) * es,
+                            es);
+              return ArrayRef{col, column_dims, 2, runs, a.dtype};
+            }
             return ArrayRef{
                 static_cast<char*>(a.data) + start * static_cast<std::int64_t>(dtype_size(a.dtype)),
                 dims, full_ndim, len, a.dtype};

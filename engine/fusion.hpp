@@ -28,6 +28,7 @@ struct FusedOperand {
   bool scalar = false;  // a size-1 input broadcast over the chunk
   int index = 0;        // input slot, register or output slot
   bool row = false;     // a row input (a bias) broadcast over the chunk's rows
+  bool column = false;  // a column input (a channels_first bias): one value per run of `inner`
 };
 
 struct FusedInstr {
@@ -41,9 +42,14 @@ struct FusedInstr {
 };
 
 struct FusedProgram {
-  std::int64_t n = 0;      // elements of every full operand
-  std::int64_t row = 0;    // width of the row operands (0: none); chunks start on a row
-  std::int64_t chunk = 0;  // elements per pass
+  std::int64_t n = 0;    // elements of every full operand
+  std::int64_t row = 0;  // width of the row operands (0: none); chunks start on a row
+  // Column operands (inner > 0): `row` values, each held for `inner` consecutive elements, in
+  // a cycle (element i reads value (i / inner) % row); chunks start on a run, and a column's
+  // values for the chunk's runs are gathered into the thread's scratch at column_offset.
+  std::int64_t inner = 0;
+  std::int64_t chunk = 0;                  // elements per pass
+  std::vector<std::size_t> column_offset;  // per input slot (column inputs only)
   std::vector<FusedInstr> instrs;
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;

@@ -26,6 +26,13 @@ bool is_suffix(const ArrayRef& b, const ArrayRef& out) {
   return true;
 }
 
+// b is (rows, 1) against out (rows, w): a column, one value per row (fused passes present a
+// channels_first bias this way).
+bool is_column(const ArrayRef& b, const ArrayRef& out) {
+  return b.ndim == 2 && out.ndim == 2 && b.dims[1] == 1 && b.dims[0] == out.dims[0] &&
+         out.dims[1] > 1;
+}
+
 template <class T, class F>
 void binary_fast(const KernelCall& c, F f) {
   const ArrayRef& a = c.in[0];
@@ -60,6 +67,18 @@ void binary_fast(const KernelCall& c, F f) {
     parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r)
         for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[j], pb[r * w + j]);
+    });
+  } else if (a.size == n && is_column(b, c.out)) {
+    const std::int64_t w = c.out.dims[1], rows = c.out.dims[0];
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[r * w + j], pb[r]);
+    });
+  } else if (b.size == n && is_column(a, c.out)) {
+    const std::int64_t w = c.out.dims[1], rows = c.out.dims[0];
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[r], pb[r * w + j]);
     });
   } else {
     binary<T, T, TO>(c, f);
