@@ -947,6 +947,18 @@ TEST(ImageErrors, PaddingAndResize) {
   EXPECT_ERROR(ktape::ValueError, K::repeat_elements(ph({2, 3}), 2, 2), "K::repeat_elements");
 }
 
+// data_format unset means image_data_format(), read when the op is built.
+TEST(ConvForward, DataFormatDefaultsToTheConfiguredOne) {
+  const std::string saved = K::image_data_format();
+  K::set_image_data_format("channels_first");
+  const Tensor y = K::conv2d(ph({2, 3, 7, 6}), ph({3, 3, 3, 5}));
+  const Tensor p = K::pool2d(ph({2, 3, 7, 6}), {2, 2}, {.strides = {2, 2}});
+  K::set_image_data_format(saved);
+  EXPECT_EQ(y.shape(), Shape({2, 5, 5, 4}));
+  EXPECT_EQ(p.shape(), Shape({2, 3, 3, 3}));
+  EXPECT_EQ(K::conv2d(ph({2, 7, 6, 3}), ph({3, 3, 3, 5})).shape(), Shape({2, 5, 4, 5}));
+}
+
 // A placeholder with unknown spatial dims: the window is checked when the shapes are fed.
 TEST(ConvErrors, RuntimeShapesAreCheckedAtCallTime) {
   auto x = ph({K::None, K::None, K::None, 3});

@@ -338,14 +338,34 @@ void conv_backprop_input_kernel(const KernelCall& c) {
   T* dx = ptr<T>(c.out);
   if (!conv_uses_gemm(g) || !c.scratch) return grouped_backprop_input(g, dy, w, dx);
   const ConvPlan p = conv_plan(ConvPass::kBackpropInput, g, sizeof(T));
-  // Wt[(cell, out), in] = w[cell, in, out].
+  bool unit_strides = true;
+  for (int i = 0; i < g.r; ++i) unit_strides = unit_strides && g.s[i] == 1;
+  // With unit strides the input gradient is a forward conv of dy, padded by (k - 1) * d - pb,
+  // with the kernel's cells reversed (flipped) and its channels swapped: the fast gather.
+  // Wt[(cell', out), in] = w[cell, in, out] with cell' = cell (strided) or the reversed cell.
   T* wt = static_cast<T*>(c.scratch);
-  for (std::int64_t cell = 0; cell < g.k_count; ++cell)
+  for (std::int64_t cell = 0; cell < g.k_count; ++cell) {
+    const std::int64_t dst = unit_strides ? g.k_count - 1 - cell : cell;
     for (std::int64_t ci = 0; ci < g.cx; ++ci)
       for (std::int64_t co = 0; co < g.cy; ++co)
-        wt[(cell * g.cy + co) * g.cx + ci] = w[(cell * g.cx + ci) * g.cy + co];
-  run_tiles(p, static_cast<char*>(c.scratch), true, g, dy, Layout{g.cf, g.out_pixels, g.cy}, wt, dx,
-            Layout{g.cf, g.in_pixels, g.cx});
+        wt[(dst * g.cy + co) * g.cx + ci] = w[(cell * g.cx + ci) * g.cy + co];
+  }
+  const Layout dyl{g.cf, g.out_pixels, g.cy}, dxl{g.cf, g.in_pixels, g.cx};
+  if (!unit_strides) {
+    run_tiles(p, static_cast<char*>(c.scratch), true, g, dy, dyl, wt, dx, dxl);
+    return;
+  }
+  WindowDims f = g;  // the forward conv dy -> dx
+  f.cx = g.cy;
+  f.cy = g.cx;
+  f.in_pixels = g.out_pixels;
+  f.out_pixels = g.in_pixels;
+  for (int i = 0; i < g.r; ++i) {
+    f.in[i] = g.out[i];
+    f.out[i] = g.in[i];
+    f.pb[i] = (g.k[i] - 1) * g.d[i] - g.pb[i];
+  }
+  run_tiles(p, static_cast<char*>(c.scratch), false, f, dy, dyl, wt, dx, dxl);
 }
 
 template <class T>
