@@ -947,6 +947,30 @@ TEST(ImageErrors, PaddingAndResize) {
   EXPECT_ERROR(ktape::ValueError, K::repeat_elements(ph({2, 3}), 2, 2), "K::repeat_elements");
 }
 
+// Empty batches, empty channel sets and empty outputs: shapes and zeros, never a crash.
+TEST(ConvForward, ZeroSizedOperands) {
+  for (const char* b : {"cpu", "reference"}) {
+    SCOPED_TRACE(b);
+    const Fn conv = [](const V& v) { return K::conv2d(v[0], v[1], {.padding = "same"}); };
+    EXPECT_EQ(run(conv, {normal({0, 5, 5, 3}, 1), normal({3, 3, 3, 4}, 2)}, b).shape(),
+              Shape({0, 5, 5, 4}));
+    const NDArray none = run(conv, {normal({2, 5, 5, 0}, 1), normal({3, 3, 0, 4}, 2)}, b);
+    EXPECT_EQ(none.shape(), Shape({2, 5, 5, 4}));
+    for (std::int64_t i = 0; i < none.size(); ++i) ASSERT_EQ(none.item(i), 0.0);
+    // Gradients with an empty batch: the kernel gradient is all zeros.
+    const Fn grad = [](const V& v) {
+      return K::gradients(K::sum(K::conv2d(v[0], v[1], {.padding = "same"})), {v[1]})[0];
+    };
+    const NDArray g = run(grad, {normal({0, 5, 5, 3}, 1), normal({3, 3, 3, 4}, 2)}, b);
+    EXPECT_EQ(g.shape(), Shape({3, 3, 3, 4}));
+    for (std::int64_t i = 0; i < g.size(); ++i) ASSERT_EQ(g.item(i), 0.0);
+    const Fn pool = [](const V& v) {
+      return K::pool2d(v[0], {2, 2}, {.strides = {2, 2}, .pool_mode = "avg"});
+    };
+    EXPECT_EQ(run(pool, {normal({0, 4, 4, 2}, 3)}, b).shape(), Shape({0, 2, 2, 2}));
+  }
+}
+
 // data_format unset means image_data_format(), read when the op is built.
 TEST(ConvForward, DataFormatDefaultsToTheConfiguredOne) {
   const std::string saved = K::image_data_format();

@@ -176,7 +176,11 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
   const MapC<T> C(col, rows, cols, Eigen::OuterStride<>(cols));
   const MapC<T> M(m, cols, out_cols, Eigen::OuterStride<>(out_cols));
   T* base = out + ol.image(n);
-  if (!ol.cf && cols <= kDirectCols) {
+  if (cols == 0) {  // no input channels: the sums are empty
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t o = 0; o < out_cols; ++o)
+        base[ol.cf ? o * ol.pixels + p0 + r : (p0 + r) * out_cols + o] = T(0);
+  } else if (!ol.cf && cols <= kDirectCols) {
     // A thin product (a first layer's few input channels): a GEMM's packing would cost more
     // than the arithmetic, so each output row is a short sum of kernel rows, accumulated in
     // registers kBlock output channels at a time.
