@@ -78,7 +78,7 @@ void concat_part_kernel(const KernelCall& c) {
   std::int64_t outer, n_g, inner;
   split_axis(g.dims, g.ndim, axis, outer, n_g, inner);
   std::int64_t off = 0;
-  for (int k = 0; k < part; ++k) off += c.in[1 + k].dims[axis];
+  for (std::size_t k = 0; k < part; ++k) off += c.in[1 + k].dims[axis];
   const std::int64_t nk = c.out.dims[axis];
   const T* pg = ptr<T>(g);
   T* y = ptr<T>(c.out);
