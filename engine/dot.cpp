@@ -63,7 +63,9 @@ std::string plan_dot(const Plan& p) {
   auto source_id = [&](int v) {
     const Value& val =
         p.values[static_cast<std::size_t>(p.values[static_cast<std::size_t>(v)].root)];
-    return "v" + std::to_string(val.node ? val.node->id : v);
+    std::string id = "v";  // (appended, not "v" + ...: GCC 12 warns falsely, -Wrestrict)
+    id += std::to_string(val.node ? val.node->id : v);
+    return id;
   };
   std::unordered_map<std::string, bool> drawn;
   for (std::size_t si = 0; si < p.steps.size(); ++si) {
@@ -71,7 +73,8 @@ std::string plan_dot(const Plan& p) {
     const Value& o = p.values[static_cast<std::size_t>(s.out)];
     std::string label = std::to_string(si) + ": " + op_name(s.node->op);
     if (s.fused) label += " [fused, " + std::to_string(s.fused->instrs.size()) + " kernels]";
-    label += "\n" + o.shape.str() + " " + std::string(dtype_name(o.dtype)) + "\n" + s.node->name;
+    label += '\n';
+    label += o.shape.str() + " " + std::string(dtype_name(o.dtype)) + "\n" + s.node->name;
     out += "  s" + std::to_string(si) + " [label=\"" + escape(label) + "\", shape=box];\n";
     for (int in : s.in_values) {
       const int root = p.values[static_cast<std::size_t>(in)].root;

@@ -38,9 +38,7 @@ void write_bytes(const std::string& path, const std::string& content) {
   out << content;
 }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ktape::testing_util::contains;
 
 class ConfigTest : public ::testing::Test {
  protected:

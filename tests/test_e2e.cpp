@@ -15,8 +15,8 @@
 #include <map>
 #include <string>
 
-#include "io/npz.hpp"
 #include "examples/common/mlp.hpp"
+#include "io/npz.hpp"
 
 namespace fs = std::filesystem;
 namespace K = ktape::backend;
@@ -155,7 +155,8 @@ TEST_P(ResumeTest, ContinuesExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ResumeTest,
-                         ::testing::Values("sgd", "nesterov", "adam", "nadam", "adadelta"));
+                         ::testing::Values("sgd", "nesterov", "adam", "nadam", "adadelta"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST_F(CheckpointTest, LearningRateFromCheckpointUnlessGiven) {
   Mlp a({.optimizer = "adam", .lr = 0.004, .seed = 5});

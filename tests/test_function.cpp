@@ -7,6 +7,7 @@
 #include <new>
 
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -49,14 +50,7 @@ extern "C" void* malloc(std::size_t n) {
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ktape::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ktape::testing_util::error_of;
 
 }  // namespace
 

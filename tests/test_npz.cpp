@@ -43,9 +43,10 @@
 #include <string>
 #include <vector>
 
-#include "io/atomic_file.hpp"
 #include "engine/errors.hpp"
+#include "io/atomic_file.hpp"
 #include "io/npz.hpp"
+#include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using ktape::DType;
@@ -342,9 +343,7 @@ std::string message_of(F&& f) {
   return "";
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using ktape::testing_util::contains;
 
 // ---------------------------------------------------------------------------------------------
 

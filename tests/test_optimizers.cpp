@@ -13,6 +13,7 @@
 
 #include "engine/graph.hpp"  // white-box: an update node's inputs
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 namespace O = ktape::optimizers;
@@ -466,18 +467,8 @@ void expect_close(const std::vector<double>& actual, const std::vector<double>& 
         << what << " [" << i << "]";
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ktape::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using ktape::testing_util::contains;
+using ktape::testing_util::error_of;
 
 // Every test runs in float64 with Keras's default epsilon, and restores the globals after.
 class Optim : public ::testing::Test {

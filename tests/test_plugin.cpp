@@ -33,9 +33,7 @@ const std::string kGood = KTAPE_GOOD_PLUGIN;
 const std::string kBad = KTAPE_BAD_PLUGIN;
 const std::string kNoRegister = KTAPE_NO_REGISTER_PLUGIN;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ktape::testing_util::contains;
 
 // The message of the ValueError `f` throws; a test failure if it throws nothing or another type.
 template <class F>

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
+#include <string>
 
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -26,14 +29,7 @@ NDArray rnd(const Shape& s, std::uint64_t seed, double scale = 0.5) {
   return a;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const ktape::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using ktape::testing_util::error_of;
 
 void expect_close(const NDArray& a, const NDArray& b, double tol, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
@@ -85,6 +81,14 @@ struct Case {
   std::string cell;
   bool mask = false, backwards = false, constants = false, time_major = false, zero_out = false;
 };
+
+// "lstm_mask_backwards": the cell and the options that are on (the test name).
+std::string name_of(const Case& c) {
+  return c.cell + (c.mask ? "_mask" : "") + (c.backwards ? "_backwards" : "") +
+         (c.constants ? "_constants" : "") + (c.time_major ? "_timemajor" : "") +
+         (c.zero_out ? "_zeroout" : "");
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << name_of(c); }
 
 // Builds the rnn on placeholders [x, h0, (c0), W, U, b, (mask), (const)] and returns a scalar
 // loss over every result, so gradients reach every input.
@@ -179,20 +183,16 @@ TEST_P(RnnEquivalence, GradcheckSymbolic) {
   EXPECT_TRUE(r.ok) << r.report;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cells, RnnEquivalence,
-    ::testing::Values(Case{"simple"}, Case{"lstm"}, Case{"gru"}, Case{"simple", true},
-                      Case{"lstm", true}, Case{"gru", true, true}, Case{"simple", false, true},
-                      Case{"lstm", false, false, true}, Case{"gru", false, false, false, true},
-                      Case{"lstm", true, true, true, true},
-                      Case{"simple", true, false, false, false, true},
-                      Case{"gru", true, true, false, true, true}),
-    [](const auto& info) {
-      const Case& c = info.param;
-      return c.cell + (c.mask ? "_mask" : "") + (c.backwards ? "_backwards" : "") +
-             (c.constants ? "_constants" : "") + (c.time_major ? "_timemajor" : "") +
-             (c.zero_out ? "_zeroout" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Cells, RnnEquivalence,
+                         ::testing::Values(Case{"simple"}, Case{"lstm"}, Case{"gru"},
+                                           Case{"simple", true}, Case{"lstm", true},
+                                           Case{"gru", true, true}, Case{"simple", false, true},
+                                           Case{"lstm", false, false, true},
+                                           Case{"gru", false, false, false, true},
+                                           Case{"lstm", true, true, true, true},
+                                           Case{"simple", true, false, false, false, true},
+                                           Case{"gru", true, true, false, true, true}),
+                         [](const auto& info) { return name_of(info.param); });
 
 // A running sum (output = state = h + x) with a mask, by hand:
 // x = [1, 2, 3, 4], mask = [1, 0, 1, 0]: states 1, 1, 4, 4; outputs 1, 1, 4, 4 (repeat previous),

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -21,19 +22,7 @@ using ktape::Tensor;
 
 namespace {
 
-// The message of the ktape::Error `f` throws, or "" when it throws nothing; any other exception
-// fails the test.
-template <class E = ktape::Error>
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
-}
-
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+using ktape::testing_util::error_of;
 
 class Backends : public ::testing::TestWithParam<const char*> {
  protected:
@@ -109,7 +98,8 @@ TEST_P(Backends, UpdateAddRefusesBroadcastIncrements) {
              "(2, 2)");
 }
 
-INSTANTIATE_TEST_SUITE_P(Safety, Backends, ::testing::Values("cpu", "reference"));
+INSTANTIATE_TEST_SUITE_P(Safety, Backends, ::testing::Values("cpu", "reference"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // ---- 2. sizes ---------------------------------------------------------------------------------
 
@@ -169,8 +159,9 @@ TEST(Sizes, ComputedShapesThatOverflowFailAtCompile) {
 TEST(Sizes, EvaluatingHugeTensorsIsAnErrorNotACrash) {
   K::clear_session();
   // Static shapes may be as large as the dims allow; evaluating them must fail cleanly.
-  EXPECT_NE(error_of<ktape::ValueError>(
-                [&] { K::eval(K::random_uniform({std::int64_t{1} << 62, 4})); }),
+  EXPECT_NE(error_of<ktape::ValueError>([&] {
+              K::eval(K::random_uniform({std::int64_t{1} << 62, 4}));
+            }),
             "");
   EXPECT_HAS(error_of<ktape::ResourceExhaustedError>(
                  [&] { K::eval(K::random_uniform({std::int64_t{1} << 40})); }),

@@ -1,9 +1,18 @@
 // Small helpers shared by the test executables.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "engine/errors.hpp"
+#include "engine/ndarray.hpp"
 
 namespace ktape::testing_util {
 
@@ -22,4 +31,50 @@ inline void restore_env(const char* name, const std::optional<std::string>& v) {
   }
 }
 
+// The message of the E (by default any ktape::Error) that `f` throws, or "" when it throws
+// nothing; any other exception propagates and fails the test.
+template <class E = ktape::Error>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// Element-wise comparison against expected values: NaN matches NaN, infinities must match
+// exactly, otherwise |got - want| <= rtol * |want| + atol. The shape must match.
+inline ::testing::AssertionResult Close(const ktape::NDArray& got, const std::vector<double>& want,
+                                        const ktape::Shape& shape, double rtol = 1e-6,
+                                        double atol = 1e-7) {
+  if (got.shape() != shape)
+    return ::testing::AssertionFailure()
+           << "shape " << got.shape().str() << ", expected " << shape.str();
+  if (got.size() != static_cast<std::int64_t>(want.size()))
+    return ::testing::AssertionFailure() << "size " << got.size() << ", expected " << want.size();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double g = got.item(static_cast<std::int64_t>(i));
+    const double w = want[i];
+    bool ok;
+    if (std::isnan(w))
+      ok = std::isnan(g);
+    else if (std::isinf(w))
+      ok = g == w;
+    else
+      ok = std::abs(g - w) <= rtol * std::abs(w) + atol;
+    if (!ok)
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << g << ", expected " << w << "\n  array " << got.str();
+  }
+  return ::testing::AssertionSuccess();
+}
+
 }  // namespace ktape::testing_util
+
+// The message `msg` contains `part`.
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
