@@ -36,9 +36,9 @@ const std::vector<OpRow>& cached() {
 // Every row of every family.
 std::vector<const OpRow*> all_rows() {
   std::vector<const OpRow*> r;
-  for (const auto* fam :
-       {&cached<core_rows>(), &cached<elementwise_rows>(), &cached<reductions_rows>(),
-        &cached<nn_rows>(), &cached<layout_rows>(), &cached<control_rows>(), &cached<loops_rows>()})
+  for (const auto* fam : {&cached<core_rows>(), &cached<elementwise_rows>(),
+                          &cached<reductions_rows>(), &cached<nn_rows>(), &cached<layout_rows>(),
+                          &cached<control_rows>(), &cached<loops_rows>(), &cached<conv_rows>()})
     for (const OpRow& row : *fam) r.push_back(&row);
   return r;
 }
@@ -55,6 +55,21 @@ std::vector<RowRef> refs(const std::vector<OpRow>& rows, bool (*keep)(const Chec
   std::vector<RowRef> r;
   for (const auto& row : rows)
     if (keep(row.checks)) r.push_back({&row});
+  return r;
+}
+// The rows with forward values, and those with error cases. A row without either is a gradient
+// or parity case of an op whose values and errors live in another row; what no row covers shows
+// in OpRowCoverage (every op kind needs forward values; error cases are listed as gaps).
+std::vector<RowRef> with_values(const std::vector<OpRow>& rows) {
+  std::vector<RowRef> r;
+  for (const auto& row : rows)
+    if (row.expected) r.push_back({&row});
+  return r;
+}
+std::vector<RowRef> with_errors(const std::vector<OpRow>& rows) {
+  std::vector<RowRef> r;
+  for (const auto& row : rows)
+    if (!row.errors.empty()) r.push_back({&row});
   return r;
 }
 bool any(const Checks&) { return true; }
@@ -102,7 +117,6 @@ class Forward : public ::testing::TestWithParam<RowRef> {};
 
 TEST_P(Forward, Values) {
   const OpRow& r = *GetParam();
-  if (!r.expected) GTEST_SKIP() << "gap: " << r.name << " has no forward values";
   const Expected& e = *r.expected;
   for (const std::string backend : {"cpu", "reference"})
     for (const DType dt : {DType::float32, DType::float64}) {
@@ -262,7 +276,6 @@ class Errors : public ::testing::TestWithParam<RowRef> {};
 
 TEST_P(Errors, ThrowTheNamedError) {
   const OpRow& r = *GetParam();
-  if (r.errors.empty()) GTEST_SKIP() << "gap: " << r.name << " has no error cases";
   for (const ErrorCase& c : r.errors) {
     SCOPED_TRACE(c.label);
     std::string type = "nothing", msg;
@@ -288,7 +301,7 @@ TEST_P(Errors, ThrowTheNamedError) {
 // ---- instantiation: every family through every suite --------------------------------------------
 
 #define KTAPE_ROW_SUITES(Family, rows)                                                         \
-  INSTANTIATE_TEST_SUITE_P(Family, Forward, ::testing::ValuesIn(refs(rows, any)), row_name);   \
+  INSTANTIATE_TEST_SUITE_P(Family, Forward, ::testing::ValuesIn(with_values(rows)), row_name); \
   INSTANTIATE_TEST_SUITE_P(Family, Gradcheck, ::testing::ValuesIn(refs(rows, gradcheck)),      \
                            row_name);                                                          \
   INSTANTIATE_TEST_SUITE_P(Family, GradcheckReference,                                         \
@@ -298,7 +311,7 @@ TEST_P(Errors, ThrowTheNamedError) {
   INSTANTIATE_TEST_SUITE_P(Family, Parity, ::testing::ValuesIn(refs(rows, parity)), row_name); \
   INSTANTIATE_TEST_SUITE_P(Family, UnknownDims, ::testing::ValuesIn(refs(rows, unknown_dims)), \
                            row_name);                                                          \
-  INSTANTIATE_TEST_SUITE_P(Family, Errors, ::testing::ValuesIn(refs(rows, any)), row_name)
+  INSTANTIATE_TEST_SUITE_P(Family, Errors, ::testing::ValuesIn(with_errors(rows)), row_name)
 
 KTAPE_ROW_SUITES(Core, cached<core_rows>());
 KTAPE_ROW_SUITES(Elementwise, cached<elementwise_rows>());
@@ -307,6 +320,7 @@ KTAPE_ROW_SUITES(Nn, cached<nn_rows>());
 KTAPE_ROW_SUITES(Layout, cached<layout_rows>());
 KTAPE_ROW_SUITES(Control, cached<control_rows>());
 KTAPE_ROW_SUITES(Loops, cached<loops_rows>());
+KTAPE_ROW_SUITES(Conv, cached<conv_rows>());
 
 // Families without rows for some suite instantiate it empty.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GradcheckReference);
@@ -362,20 +376,29 @@ void collect(const std::vector<Tensor>& roots, std::set<ktape::Op>& kinds) {
   for (ktape::Node* n : ktape::reachable_in_tape_order(nodes)) kinds.insert(n->op);
 }
 
-TEST(OpRowCoverage, EveryOpKindHasARowWithForwardValues) {
-  // Internal kinds that no K:: function builds: only gradients do. They must be reached by the
-  // gradient graphs of the gradcheck / second-order rows instead.
-  const std::set<ktape::Op> gradient_only = {
-      ktape::Op::ReluGrad,         // relu's gradient
-      ktape::Op::ClipGrad,         // clip's gradient
-      ktape::Op::SumToLike,        // the gradient of a broadcast operand
-      ktape::Op::BroadcastToLike,  // the gradient of sum / mean / max / min
-      ktape::Op::AddN,             // gradient accumulation
-      ktape::Op::ReshapeLike,      // reshape's gradient
-      ktape::Op::ConcatPart,       // concatenate's gradient
-      ktape::Op::SlicePad,         // slice's gradient
-      ktape::Op::ScanEmbed,        // a loop's incoming gradient
+// Internal kinds that no K:: function builds: only gradients do. They must be reached by the
+// gradient graphs of the gradcheck / second-order rows instead, and have no argument errors.
+const std::set<ktape::Op>& gradient_only_kinds() {
+  static const std::set<ktape::Op> kinds = {
+      ktape::Op::ReluGrad,            // relu's gradient
+      ktape::Op::ClipGrad,            // clip's gradient
+      ktape::Op::SumToLike,           // the gradient of a broadcast operand
+      ktape::Op::BroadcastToLike,     // the gradient of sum / mean / max / min
+      ktape::Op::AddN,                // gradient accumulation
+      ktape::Op::ReshapeLike,         // reshape's gradient
+      ktape::Op::ConcatPart,          // concatenate's gradient
+      ktape::Op::SlicePad,            // slice's gradient
+      ktape::Op::ScanEmbed,           // a loop's incoming gradient
+      ktape::Op::ConvBackpropFilter,  // conv's kernel gradient
+      ktape::Op::MaxPoolGrad,         // max pooling's gradient
+      ktape::Op::MaxPoolGradGrad,     // the gradient of max pooling's gradient
+      ktape::Op::AvgPoolGrad,         // average pooling's gradient
   };
+  return kinds;
+}
+
+TEST(OpRowCoverage, EveryOpKindHasARowWithForwardValues) {
+  const auto& gradient_only = gradient_only_kinds();
   std::set<ktape::Op> forward, gradient;
   for (const OpRow* row : all_rows()) {
     const OpRow& r = *row;
@@ -409,3 +432,25 @@ TEST(OpRowCoverage, EveryOpKindHasARowWithForwardValues) {
 }
 
 }  // namespace
+
+// Error cases by op kind: a kind that is the output of some row but of no row with error cases
+// is a gap, listed (and the test skipped) so that it stays visible. Kinds with no error path
+// beyond the null tensor every op refuses are exempt.
+TEST(OpRowCoverage, ErrorCasesByOpKind) {
+  const std::set<ktape::Op> no_error_path = {
+      ktape::Op::Identity, ktape::Op::StopGradient, ktape::Op::PrintTensor, ktape::Op::Transpose,
+      ktape::Op::ShapeOf,
+      // Sources and groups built by other K:: functions (zeros of a zero size is a constant,
+      // moving_average_update a group of updates), whose errors live in those functions' rows.
+      ktape::Op::Constant, ktape::Op::Group};
+  std::set<ktape::Op> with, without;
+  for (const OpRow* row : all_rows()) {
+    const Built b = build(*row, DType::float64, row->checks.none_batch);
+    (row->errors.empty() ? without : with).insert(b.y.node().op);
+  }
+  std::string gaps;
+  for (ktape::Op op : without)
+    if (!with.count(op) && !no_error_path.count(op) && !gradient_only_kinds().count(op))
+      gaps += std::string(" ") + ktape::op_name(op);
+  if (!gaps.empty()) GTEST_SKIP() << "gap: op kinds whose rows have no error cases:" << gaps;
+}

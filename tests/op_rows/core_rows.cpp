@@ -3,6 +3,8 @@
 // written out next to the values; "formula" = the naive float64 reference (op_rows/naive.hpp).
 // Variables' semantics (get/set_value, placeholders, uids, random statistics, seeds) are ordinary
 // tests in test_ops.cpp.
+#include <cmath>
+
 #include "op_rows/op_row.hpp"
 
 namespace ktape::op_rows {
@@ -183,6 +185,29 @@ std::vector<OpRow> core_rows() {
       .exact()
       .error("int_dtype", Err::Type, "K::truncated_normal: dtype must be a float type",
              [] { (void)K::truncated_normal({2}, 0, 1, {.dtype = "int64"}); });
+  // By hand: binomial draws are 1 where a uniform draw in [0, 1) is <= p: p = 0 gives zeros
+  // (almost surely; a draw of exactly 0 has probability 2^-53), p = 1 gives ones.
+  t.values(
+       "random_binomial_p1",
+       [](const V&) {
+         return K::random_binomial({2, 2}, 1.0, {.dtype = "float64", .seed = 4});
+       },
+       In{})
+      .expect({1, 1, 1, 1}, {2, 2})
+      .out_dtype("float64")
+      .exact()
+      .error("int_dtype", Err::Type, "K::random_binomial: dtype must be a float type",
+             [] { (void)K::random_binomial({2}, 0.5, {.dtype = "int32"}); })
+      .error("nan", Err::Value, "K::random_binomial: p is NaN",
+             [] { (void)K::random_binomial({2}, std::nan("")); })
+      .error("unknown_dim", Err::Value, "K::random_binomial: shape (None,) must be fully defined",
+             [] { (void)K::random_binomial({K::None}, 0.5); });
+  t.values(
+       "random_binomial_p0", [](const V&) { return K::random_binomial({3}, 0.0, {.seed = 5}); },
+       In{})
+      .expect({0, 0, 0}, {3})
+      .out_dtype("float32")
+      .exact();
   return t.take();
 }
 

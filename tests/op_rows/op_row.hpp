@@ -428,5 +428,6 @@ std::vector<OpRow> nn_rows();
 std::vector<OpRow> layout_rows();
 std::vector<OpRow> control_rows();
 std::vector<OpRow> loops_rows();
+std::vector<OpRow> conv_rows();
 
 }  // namespace ktape::op_rows

@@ -1,0 +1,767 @@
+// conv rows: the sliding-window family (ops/conv.hpp, ops/pool.hpp, ops/normalization.hpp,
+// ops/image.hpp) and the layout helpers it brought (repeat_elements). Provenance of expected
+// values: "NumPy" = tests/data/conv_reference.py (direct loops over explicitly padded inputs,
+// NumPy 1.24, run once, values pasted below) on the ramp inputs it documents; "by hand" =
+// written out next to the values. The transposes as adjoints, the cpu tiling at large sizes,
+// thread-count independence and zero sizes are ordinary tests in tests/test_conv.cpp.
+#include <string>
+#include <vector>
+
+#include "op_rows/op_row.hpp"
+
+namespace ktape::op_rows {
+
+namespace {
+
+// The inputs of conv_reference.py: ((i * 7) % mod - mod / 2) * scale over the flat index i.
+NDArray ramp(const Shape& s, int mod = 11, double scale = 0.25) {
+  NDArray a(s, DType::float64);
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    a.set_item(i, static_cast<double>((i * 7) % mod - mod / 2) * scale);
+  return a;
+}
+
+Tensor ph(const Shape& s, const std::string& dt = "float32") {
+  return K::placeholder(s, {.dtype = dt});
+}
+
+// conv2d valid stride 1: shape (2, 3, 3, 4)
+const std::vector<double> kConv2dValid = {
+    0.125, 5.375, -6.25, 4.625,  0.25,   0.125, -3.75, 8.625, 8.625, -3.75, 0.125, 0.25,
+    0.75,  -5.75, 9.0,   -5.625, -1.875, -2.75, 3.25,  -5.75, -4.5,  3.0,   3.0,   -4.5,
+    -2.75, 3.75,  -6.0,  6.125,  0.125,  5.375, -6.25, 4.625, 0.25,  0.125, -3.75, 8.625,
+    4.625, -6.25, 5.375, 0.125,  6.125,  -6.0,  3.75,  -2.75, 0.75,  -5.75, 9.0,   -5.625,
+    -5.75, 3.25,  -2.75, -1.875, -5.625, 9.0,   -5.75, 0.75,  -2.75, 3.75,  -6.0,  6.125,
+    8.625, -3.75, 0.125, 0.25,   4.625,  -6.25, 5.375, 0.125, 6.125, -6.0,  3.75,  -2.75};
+// conv2d same stride 2: shape (2, 3, 3, 4)
+const std::vector<double> kConv2dSameStride2 = {
+    3.25,   -3.875, 4.0,   -0.625, -2.25,  -1.25,  5.375, -3.625, -2.75, 6.5,   -3.625, 0.625,
+    6.5,    -5.75,  3.875, -0.875, -1.875, -2.75,  3.25,  -5.75,  -2.25, 1.375, -2.5,   0.5,
+    3.625,  -3.625, 3.5,   -1.875, -1.375, -3.125, 7.0,   -4.75,  -2.5,  4.5,   -2.25,  -0.875,
+    -3.625, 0.625,  -0.75, -2.75,  -3.25,  4.25,   -3.25, 1.125,  -0.75, 0.625, -3.625, 6.5,
+    -2.5,   0.5,    2.875, -2.25,  -5.625, 9.0,    -5.75, 0.75,   1.875, 2.375, -4.625, 4.0,
+    -2.25,  -0.875, 1.125, -2.5,   -3.375, 4.125,  -4.0,  0.375,  1.0,   1.0,   -4.0,   6.0};
+// conv2d even kernel same stride 1: shape (2, 5, 5, 2)
+const std::vector<double> kConv2dEvenSame = {
+    0.125,  -4.125, -4.625, -0.75,  -2.5,   -2.875, 7.875, 0.5,    -0.75,  5.625,  5.25,  4.5,
+    0.5,    7.875,  -2.875, -2.5,   -0.75,  -4.625, 1.125, -1.75,  -3.375, -3.375, 0.125, -4.125,
+    -4.625, -0.75,  -2.5,   -2.875, 3.0,    0.5,    4.5,   5.25,   5.25,   4.5,    0.5,   7.875,
+    -2.875, -2.5,   0.75,   -1.375, -0.125, -3.25,  0.25,  -3.625, 3.375,  -4.0,   -1.75, -0.25,
+    -0.5,   -0.5,   7.875,  0.5,    4.5,    5.25,   5.25,  4.5,    0.5,    7.875,  -1.0,  0.375,
+    -0.75,  -4.625, -4.125, 0.125,  -3.375, -3.375, 0.125, -4.125, -3.25,  -1.5,   -2.5,  -2.875,
+    7.875,  0.5,    4.5,    5.25,   5.25,   4.5,    0.0,   4.875,  -2.875, -2.5,   -0.75, -4.625,
+    -4.125, 0.125,  -3.375, -3.375, 1.875,  -5.25,  -1.75, -0.25,  -1.375, -0.625, 3.125, 0.375,
+    -0.625, 5.5,    -2.375, 2.75};
+// conv2d dilation 2 same: shape (2, 5, 5, 4)
+const std::vector<double> kConv2dDilatedSame = {
+    -1.125, 1.625,  2.5,    -2.25,  -2.5,   3.125,  0.0,    -2.5,   -4.0,   2.375,  -2.5,   0.125,
+    -2.5,   1.875,  -2.5,   3.125,  0.0,    3.125,  -2.5,   1.875,  1.625,  0.875,  -1.75,  0.625,
+    3.0,    -1.75,  -1.5,   3.125,  0.75,   -3.125, 2.375,  1.625,  3.125,  -2.875, 3.0,    -1.75,
+    1.5,    -1.625, 0.25,   -1.625, -2.375, -0.625, 1.75,   0.375,  0.125,  1.0,    1.875,  -1.0,
+    1.375,  1.125,  0.25,   -2.5,   -1.0,   -2.0,   0.125,  1.0,    -3.75,  0.625,  1.25,   1.25,
+    -1.375, 1.625,  0.875,  -1.75,  -2.875, 3.0,    -1.75,  -1.5,   -1.625, 0.75,   -3.125, 2.375,
+    -1.5,   3.125,  -2.875, 3.0,    1.5,    1.5,    -1.625, 0.25,   2.125,  -1.125, -1.25,  3.625,
+    -0.75,  -1.125, 1.625,  2.5,    2.375,  -4.125, 3.75,   0.375,  2.5,    -2.25,  -0.75,  -1.125,
+    0.0,    -2.5,   1.875,  -2.5,   -1.125, -0.75,  -2.25,  2.5,    -1.125, 2.125,  -3.375, 3.625,
+    3.25,   2.375,  -2.875, -0.625, 3.625,  -1.25,  -1.125, 2.125,  0.625,  -1.375, 1.625,  0.875,
+    3.0,    -2.875, 3.125,  -1.5,   1.625,  -1.375, 0.625,  -1.75,  -3.0,   -3.125, 6.125,  -4.625,
+    -1.75,  0.875,  1.625,  -1.375, -3.375, 2.125,  -1.125, -1.25,  1.0,    0.125,  -2.0,   -1.0,
+    -0.625, -2.375, 0.875,  0.375,  0.375,  1.875,  0.875,  -0.125, 0.375,  1.75,   -0.625, -2.375,
+    1.75,   -1.125, -0.875, 0.625,  -1.75,  3.0,    -2.875, 3.125,  0.875,  1.625,  -1.375, 0.625,
+    4.625,  -3.0,   -3.125, 6.125,  0.625,  -1.75,  0.875,  1.625,  3.625,  -3.375, 2.125,  -1.125,
+    3.125,  -2.5,   1.875,  -2.5,   1.625,  -1.125, -0.75,  -2.25,  -2.375, 0.375,  3.75,   -4.125,
+    -2.25,  2.5,    1.625,  -1.125, -3.375, 3.625,  -1.25,  -1.125};
+// conv2d channels_first same stride 2: shape (2, 4, 3, 3)
+const std::vector<double> kConv2dChannelsFirst = {
+    -0.125, 0.125,  -2.625, 2.375,  2.0,    2.75,   -0.125, 2.625,  -2.875, 0.875,  -2.875, -1.0,
+    -2.5,   -3.875, 2.875,  1.25,   0.75,   -1.125, 2.5,    1.0,    1.25,   -4.25,  2.125,  -2.0,
+    0.125,  2.625,  2.5,    0.375,  1.75,   1.0,    2.75,   -1.875, -5.0,   -0.375, -2.375, -0.125,
+    1.25,   0.5,    -0.625, -2.5,   2.375,  0.0,    0.875,  0.625,  3.375,  -0.125, 1.25,   0.0,
+    2.375,  -1.75,  -4.375, -0.125, -1.625, 0.875,  -0.875, 2.0,    1.25,   1.625,  -2.75,  0.0,
+    -3.625, -0.125, 2.125,  -0.375, -0.375, 0.0,    2.75,   1.875,  1.25,   0.375,  1.375,  -2.875};
+// conv1d causal dilation 2: shape (2, 7, 3)
+const std::vector<double> kConv1dCausalDilated = {
+    -1.75,  0.625,  -0.125, -1.75,  0.25,  1.0,    1.25,   -1.875, 0.0,    1.625,  -2.25,
+    0.75,   -1.125, 1.75,   -1.625, 0.875, 1.75,   -3.625, 1.5,    -2.375, 1.25,   1.0,
+    -0.625, 0.875,  -1.75,  0.375,  0.625, 1.125,  1.0,    -1.625, 1.5,    -2.125, 0.5,
+    -3.625, 1.75,   0.875,  -1.625, 1.75,  -1.125, 1.75,   -2.375, 1.0};
+// conv1d same stride 3: shape (2, 3, 3)
+const std::vector<double> kConv1dSameStride3 = {-1.5,   -1.5,  1.625, -1.625, 1.125, 0.75,
+                                                0.625,  0.375, 0.75,  -1.625, 1.375, 0.0,
+                                                -1.375, 1.125, 0.5,   -0.5,   1.625, -1.875};
+// conv3d same stride (2, 1, 2): shape (1, 2, 3, 2, 2)
+const std::vector<double> kConv3dSame = {2.75, 0.5,    1.5,   0.375,  1.5,    -2.375, 1.5, -4.875,
+                                         0.5,  -1.625, -3.25, 3.375,  2.125,  -0.25,  1.5, -3.625,
+                                         2.25, -5.875, 1.5,   -3.375, -4.375, 3.75,   1.5, -2.125};
+// depthwise_conv2d same stride 2: shape (2, 3, 3, 6)
+const std::vector<double> kDepthwiseSame = {
+    -1.625, 1.125,  0.875,  1.125,  0.625,  1.125,  -0.875, -0.5,   -1.875, 0.875,  -1.375, 1.5,
+    -0.875, -0.25,  0.125,  -0.875, -2.125, 1.25,   1.125,  1.125,  0.875,  1.625,  -0.125, 1.875,
+    -0.125, -1.75,  0.875,  -0.5,   -1.25,  0.875,  -0.125, -1.0,   2.0,    -2.25,  -0.75,  -0.125,
+    0.875,  1.125,  0.625,  1.125,  -1.375, 1.25,   -1.875, 0.875,  -1.375, 1.5,    -0.625, 0.125,
+    0.125,  -0.875, -2.125, 1.25,   -0.25,  -0.625, -0.25,  -0.875, -0.875, -1.25,  1.25,   -1.625,
+    -0.5,   -0.875, -1.125, -0.5,   0.625,  -0.875, 1.125,  -1.625, 0.875,  -1.25,  1.0,    -0.875,
+    -1.0,   -1.25,  -2.25,  1.0,    -0.125, 1.125,  -1.125, -1.125, -0.5,   -1.125, -1.625, -0.125,
+    -0.125, 1.0,    1.0,    -1.25,  1.375,  -0.125, -0.875, -1.25,  1.25,   -1.625, -0.625, 0.875,
+    -1.125, -0.5,   0.625,  -0.875, 0.375,  -1.875, 0.875,  -1.25,  1.0,    -0.875, 1.125,  0.125};
+// conv2d_transpose (2, 6, 6, 2) same stride 2: shape (2, 6, 6, 2)
+const std::vector<double> kTransposeSame = {
+    0.125,  0.125,  1.375,  -3.0,   2.125,  1.0,    -1.5,   1.125, 0.125,  -1.75,  1.125,  -0.25,
+    0.125,  1.375,  -3.0,   1.375,  1.0,    -1.375, 1.125,  -1.25, -1.75,  2.0,    -0.25,  0.25,
+    2.0,    -2.0,   -0.375, 1.25,   -1.125, 0.75,   -0.375, 0.5,   0.25,   0.625,  1.0,    1.125,
+    1.0,    -1.75,  1.125,  -1.0,   -1.75,  1.875,  -0.25,  0.5,   2.375,  -1.625, -0.25,  0.625,
+    -0.625, -1.125, -0.375, 0.375,  0.25,   0.375,  1.0,    1.0,   0.25,   -1.125, -0.375, -1.125,
+    -2.25,  0.625,  -0.25,  0.75,   2.375,  -1.75,  -0.25,  0.875, -1.75,  0.25,   1.125,  -1.75,
+    -2.5,   1.375,  0.25,   -0.25,  2.0,    -1.75,  -1.25,  1.125, -1.375, 1.0,    1.375,  -3.0,
+    1.375,  0.25,   -0.25,  1.125,  -1.75,  0.125,  1.125,  -1.5,  1.0,    2.125,  -3.0,   1.375,
+    1.0,    0.625,  -0.375, -1.375, 0.25,   -0.375, -0.375, 0.625, 3.0,    -1.875, -0.375, 1.25,
+    0.875,  -1.5,   1.125,  -1.25,  -1.75,  2.0,    -0.25,  0.25,  2.375,  -4.25,  1.125,  -1.0,
+    -0.25,  -1.25,  -0.375, 0.5,    0.25,   0.625,  1.0,    1.125, -2.5,   -2.25,  -0.375, 0.375,
+    -2.375, 0.875,  -0.25,  0.5,    2.375,  -1.625, -0.25,  0.625, -4.5,   1.75,   -0.25,  0.75};
+// conv2d_transpose (2, 7, 7, 2) valid stride 2: shape (2, 7, 7, 2)
+const std::vector<double> kTransposeValid = {
+    0.125,  0.125, 1.375, -3.0,   2.125,  1.0,    -1.5,   1.125,  0.125,  -1.75,  1.125,  -0.25,
+    0.25,   1.375, 0.125, 1.375,  -3.0,   1.375,  1.0,    -1.375, 1.125,  -1.25,  -1.75,  2.0,
+    -0.25,  0.25,  1.375, -2.5,   2.0,    -2.0,   -0.375, 1.25,   -1.125, 0.75,   -0.375, 0.5,
+    0.25,   0.625, 1.0,   1.125,  -1.875, -1.125, 1.0,    -1.75,  1.125,  -1.0,   -1.75,  1.875,
+    -0.25,  0.5,   2.375, -1.625, -0.25,  0.625,  -2.25,  1.125,  -0.625, -1.125, -0.375, 0.375,
+    0.25,   0.375, 1.0,   1.0,    0.25,   -1.125, -0.375, -1.125, -0.625, 1.75,   -2.25,  0.625,
+    -0.25,  0.75,  2.375, -1.75,  -0.25,  0.875,  -1.75,  0.25,   1.125,  -1.75,  1.0,    0.625,
+    0.625,  -0.25, 0.75,  1.125,  -1.75,  0.375,  0.875,  -2.375, 0.25,   1.625,  -1.75,  1.0,
+    0.625,  -1.0,  -2.5,  1.375,  0.25,   -0.25,  2.0,    -1.75,  -1.25,  1.125,  -1.375, 1.0,
+    1.375,  -3.0,  1.375, 0.125,  1.375,  0.25,   -0.25,  1.125,  -1.75,  0.125,  1.125,  -1.5,
+    1.0,    2.125, -3.0,  1.375,  0.125,  0.125,  1.0,    0.625,  -0.375, -1.375, 0.25,   -0.375,
+    -0.375, 0.625, 3.0,   -1.875, -0.375, 1.25,   -0.875, 2.0,    0.875,  -1.5,   1.125,  -1.25,
+    -1.75,  2.0,   -0.25, 0.25,   2.375,  -4.25,  1.125,  -1.0,   0.625,  1.0,    -0.25,  -1.25,
+    -0.375, 0.5,   0.25,  0.625,  1.0,    1.125,  -2.5,   -2.25,  -0.375, 0.375,  1.75,   -0.625,
+    -2.375, 0.875, -0.25, 0.5,    2.375,  -1.625, -0.25,  0.625,  -4.5,   1.75,   -0.25,  0.75,
+    1.125,  -2.25, 0.875, -0.25,  0.5,    1.25,   -1.625, 0.625,  0.625,  -2.25,  1.75,   0.5,
+    0.75,   1.125, -2.25, 0.625};
+// pool2d max 3x3 stride 2 same: shape (1, 3, 3, 2)
+const std::vector<double> kMaxPoolSame = {0.0, 1.5,  0.5, 1.0, 0.75, 1.25, 1.25, 1.5,  1.5,
+                                          1.5, 0.75, 1.5, 0.5, 1.0,  1.0,  1.5,  1.25, 1.5};
+// pool2d avg 3x3 stride 2 same: shape (1, 3, 3, 2)
+const std::vector<double> kAvgPoolSame = {-0.75,
+                                          0.1875,
+                                          -0.375,
+                                          -0.25,
+                                          0.0,
+                                          0.125,
+                                          0.041666666667,
+                                          0.166666666667,
+                                          0.055555555556,
+                                          0.0,
+                                          -0.291666666667,
+                                          -0.166666666667,
+                                          -0.25,
+                                          -0.125,
+                                          0.125,
+                                          0.25,
+                                          0.5,
+                                          -0.1875};
+// pool2d avg 2x2 stride 2 valid channels_first: shape (1, 2, 2, 2)
+const std::vector<double> kAvgPoolValidCF = {-0.3125, -0.0625, 0.125, -0.4375,
+                                             -0.4375, -0.1875, 0.0,   0.25};
+// pool3d max 2x2x2 stride 2 same: shape (1, 2, 2, 2, 2)
+const std::vector<double> kMaxPool3dSame = {1.5,  1.25, 1.25, 1.5,  0.25, 1.0, 0.5,  1.25,
+                                            0.75, 1.5,  1.0,  -0.5, 1.5,  0.0, -1.5, 0.25};
+
+}  // namespace
+
+std::vector<OpRow> conv_rows() {
+  Rows t("conv");
+  Gen g(20241124);
+  const K::ConvOptions same2{.strides = {2, 2}, .padding = "same"};
+  const K::ConvOptions cf{.strides = {2, 1}, .padding = "same", .data_format = "channels_first"};
+
+  // ---- convolutions: NumPy values on ramp inputs, then random inputs for the gradients ---------
+  t.values("conv2d_valid", [](const V& x) { return K::conv2d(x[0], x[1]); },
+           {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 4}, 5, 0.5)})
+      .expect(kConv2dValid, {2, 3, 3, 4})  // NumPy
+      .error("data_format", Err::Value, "K::conv2d: The `data_format` argument must be one of",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.data_format = "NHWC"});
+             })
+      .error("padding", Err::Value,
+             "K::conv2d: Invalid padding: \"full\" (expected \"valid\" or \"same\")",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.padding = "full"});
+             })
+      .error("causal_only_1d", Err::Value, "Invalid padding: \"causal\"",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.padding = "causal"});
+             })
+      .error("channels", Err::Value,
+             "K::conv2d: input of shape (2, 5, 5, 3) has 3 channels but the kernel of shape (3, 3, "
+             "2, 4) expects 2",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 2, 4}));
+             })
+      .error("kernel_rank", Err::Value, "K::conv2d: kernel of shape (3, 3, 3) must have rank 4",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3}));
+             })
+      .error("x_rank", Err::Value, "K::conv2d: x of shape (5, 5, 3) must have rank 4",
+             [] {
+               (void)K::conv2d(ph({5, 5, 3}), ph({3, 3, 3, 4}));
+             })
+      .error("unknown_kernel", Err::Value,
+             "K::conv2d: the kernel's shape (3, None, 3, 4) must be fully known",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, K::None, 3, 4}));
+             })
+      .error("strides_length", Err::Value, "K::conv2d: `strides` (1, 2, 3) must have 2 entries",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.strides = {1, 2, 3}});
+             })
+      .error("strides_positive", Err::Value, "`strides` (0, 1) must hold positive values",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.strides = {0, 1}});
+             })
+      .error("too_small", Err::Value,
+             "K::conv2d: input of shape (2, 2, 5, 3) is smaller than the window",
+             [] {
+               (void)K::conv2d(ph({2, 2, 5, 3}), ph({3, 3, 3, 4}));
+             })
+      .error("int_dtype", Err::Type, "K::conv2d: `x` must be a float tensor",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}, "int32"), ph({3, 3, 3, 4}, "int32"));
+             })
+      .error("mixed_dtypes", Err::Type, "K::conv2d: operands have different dtypes", [] {
+        (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}, "float64"));
+      });
+  t.values("conv2d_same_stride2", [same2](const V& x) { return K::conv2d(x[0], x[1], same2); },
+           {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 4}, 5, 0.5)})
+      .expect(kConv2dSameStride2, {2, 3, 3, 4});  // NumPy
+  t.values("conv2d_even_kernel_same",
+           [](const V& x) { return K::conv2d(x[0], x[1], {.padding = "same"}); },
+           {ramp({2, 5, 5, 3}), ramp({2, 2, 3, 2}, 9, 0.5)})
+      .expect(kConv2dEvenSame, {2, 5, 5, 2});  // NumPy
+  t.values("conv2d_dilated_same",
+           [](const V& x) {
+             return K::conv2d(x[0], x[1], {.padding = "same", .dilation_rate = {2, 2}});
+           },
+           {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 4}, 5, 0.5)})
+      .expect(kConv2dDilatedSame, {2, 5, 5, 4})  // NumPy
+      .error("dilation_positive", Err::Value, "K::conv2d: `dilation_rate` (-1,) must hold positive",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.dilation_rate = {-1}});
+             });
+  t.values("conv2d_channels_first",
+           [](const V& x) {
+             return K::conv2d(
+                 x[0], x[1],
+                 {.strides = {2, 2}, .padding = "same", .data_format = "channels_first"});
+           },
+           {ramp({2, 3, 5, 5}), ramp({3, 3, 3, 4}, 5, 0.5)})
+      .expect(kConv2dChannelsFirst, {2, 4, 3, 3});  // NumPy
+  t.values("conv1d_causal_dilated",
+           [](const V& x) {
+             return K::conv1d(x[0], x[1], {.padding = "causal", .dilation_rate = {2}});
+           },
+           {ramp({2, 7, 2}), ramp({3, 2, 3}, 5, 0.5)})
+      .expect(kConv1dCausalDilated, {2, 7, 3})  // NumPy
+      .error("causal_channels_first", Err::Value,
+             "K::conv1d: When using causal padding in `conv1d`, `data_format` must be "
+             "\"channels_last\"",
+             [] {
+               (void)K::conv1d(ph({2, 5, 3}), ph({3, 3, 4}),
+                               {.padding = "causal", .data_format = "channels_first"});
+             });
+  t.values("conv1d_same_stride3",
+           [](const V& x) { return K::conv1d(x[0], x[1], {.strides = {3}, .padding = "same"}); },
+           {ramp({2, 7, 2}), ramp({3, 2, 3}, 5, 0.5)})
+      .expect(kConv1dSameStride3, {2, 3, 3});  // NumPy
+  t.values("conv3d_same",
+           [](const V& x) {
+             return K::conv3d(x[0], x[1], {.strides = {2, 1, 2}, .padding = "same"});
+           },
+           {ramp({1, 4, 3, 4, 2}), ramp({2, 2, 3, 2, 2}, 5, 0.5)})
+      .expect(kConv3dSame, {1, 2, 3, 2, 2})  // NumPy
+      .error("rank", Err::Value, "K::conv3d: x of shape (2, 5, 5, 3) must have rank 5", [] {
+        (void)K::conv3d(ph({2, 5, 5, 3}), ph({3, 3, 3, 3, 4}));
+      });
+  t.values("depthwise_conv2d_same",
+           [same2](const V& x) { return K::depthwise_conv2d(x[0], x[1], same2); },
+           {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 2}, 5, 0.5)})
+      .expect(kDepthwiseSame, {2, 3, 3, 6})  // NumPy (a grouped conv, one group per channel)
+      .error("channels", Err::Value,
+             "K::depthwise_conv2d: x of shape (2, 5, 5, 3) has 3 channels but the depthwise kernel "
+             "of shape (3, 3, 2, 2) expects 2",
+             [] {
+               (void)K::depthwise_conv2d(ph({2, 5, 5, 3}), ph({3, 3, 2, 2}));
+             });
+  // By hand: one pixel with channels (2, 3); the 1x1 depthwise kernel (1, 2) gives (2, 6); the
+  // pointwise kernel (10, 100) sums them to 2*10 + 6*100.
+  t.values("separable_conv2d_by_hand",
+           [](const V& x) { return K::separable_conv2d(x[0], x[1], x[2]); },
+           {f64({2, 3}, {1, 1, 1, 2}), f64({1, 2}, {1, 1, 2, 1}), f64({10, 100}, {1, 1, 2, 1})})
+      .expect({620}, {1, 1, 1, 1})
+      .error(
+          "pointwise_channels", Err::Value,
+          "K::separable_conv2d: pointwise_kernel of shape (1, 1, 5, 4) must be (1, ..., 1, 6, out)",
+          [] {
+            (void)K::separable_conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 2}), ph({1, 1, 5, 4}));
+          })
+      .error("pointwise_window", Err::Value, "pointwise_kernel of shape (2, 1, 6, 4)", [] {
+        (void)K::separable_conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 2}), ph({2, 1, 6, 4}));
+      });
+  t.values("conv2d_transpose_same",
+           [same2](const V& x) {
+             return K::conv2d_transpose(x[0], x[1], {2, 6, 6, 2}, same2);
+           },
+           {ramp({2, 3, 3, 4}), ramp({3, 3, 2, 4}, 5, 0.5)})
+      .expect(kTransposeSame, {2, 6, 6, 2})  // NumPy (a scatter through the kernel)
+      .error("inconsistent", Err::Value,
+             "K::conv2d_transpose: output_shape (2, 8, 8, 2) is inconsistent with x of shape (2, "
+             "3, 3, 4)",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {2, 8, 8, 2}, same2);
+             })
+      .error("out_channels", Err::Value,
+             "K::conv2d_transpose: output_shape (2, 6, 6, 3) has 3 channels but the kernel of "
+             "shape (3, 3, 2, 4) makes 2",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {2, 6, 6, 3}, same2);
+             })
+      .error("in_channels", Err::Value, "has 4 channels but the kernel of shape (3, 3, 2, 5) has 5",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 5}), {2, 6, 6, 2}, same2);
+             })
+      .error("output_rank", Err::Value, "output_shape (6, 6, 2) must have 4 entries",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {6, 6, 2}, same2);
+             })
+      .error("batch", Err::Value,
+             "output_shape (3, 6, 6, 2) has batch 3 but x of shape (2, 3, 3, 4) has 2",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {3, 6, 6, 2}, same2);
+             })
+      .error("dilation_strides", Err::Value, "needs strides of 1",
+             [] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {2, 6, 6, 2},
+                                         {.strides = {2, 2}, .dilation_rate = {2, 2}});
+             })
+      .error("dilation_equal", Err::Value, "must be equal on every spatial dim",
+             [] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {2, 6, 6, 2},
+                                         {.dilation_rate = {2, 1}});
+             })
+      .error("unknown_spatial", Err::Value, "must be known",
+             [same2] {
+               (void)K::conv2d_transpose(ph({2, 3, 3, 4}), ph({3, 3, 2, 4}), {2, K::None, 6, 2},
+                                         same2);
+             })
+      .error("3d_dilation", Err::Value, "K::conv3d_transpose: dilation_rate is not supported", [] {
+        (void)K::conv3d_transpose(ph({1, 2, 2, 2, 4}), ph({2, 2, 2, 2, 4}), {1, 3, 3, 3, 2},
+                                  {.dilation_rate = {2}});
+      });
+  t.values("conv2d_transpose_valid",
+           [](const V& x) {
+             return K::conv2d_transpose(x[0], x[1], {K::None, 7, 7, 2}, {.strides = {2, 2}});
+           },
+           {ramp({2, 3, 3, 4}), ramp({3, 3, 2, 4}, 5, 0.5)})
+      .expect(kTransposeValid, {2, 7, 7, 2});  // NumPy
+  // By hand: local_conv1d on (1, 2, 3), kernel_size 2, stride 1: step 0 reads (1, 2) with its
+  // kernel (1, 10) -> 21; step 1 reads (2, 3) with (100, 1000) -> 3200.
+  t.values("local_conv1d_by_hand", [](const V& x) { return K::local_conv1d(x[0], x[1], 2, 1); },
+           {f64({1, 2, 3}, {1, 3, 1}), f64({1, 10, 100, 1000}, {2, 2, 1})})
+      .expect({21, 3200}, {1, 2, 1})
+      .error("kernel_shape", Err::Value, "K::local_conv1d: kernel of shape (3, 5, 3)",
+             [] {
+               (void)K::local_conv1d(ph({2, 6, 2}), ph({3, 5, 3}), 2, 2);
+             })
+      .error("too_many_steps", Err::Value,
+             "output steps, more than inputs of shape (2, 6, 2) allow", [] {
+               (void)K::local_conv1d(ph({2, 6, 2}), ph({4, 4, 3}), 2, 2);
+             });
+  // By hand: 1x1 windows with a weight per position.
+  t.values("local_conv2d_by_hand",
+           [](const V& x) {
+             return K::local_conv2d(x[0], x[1], {1, 1}, {1, 1}, {2, 2});
+           },
+           {f64({1, 2, 3, 4}, {1, 2, 2, 1}), f64({1, 10, 100, 1000}, {4, 1, 1})})
+      .expect({1, 20, 300, 4000}, {1, 2, 2, 1})
+      .error("kernel_shape", Err::Value,
+             "K::local_conv2d: kernel of shape (4, 8, 2) must be (6, 8, filters)", [] {
+               (void)K::local_conv2d(ph({1, 4, 4, 2}), ph({4, 8, 2}), {2, 2}, {2, 2}, {3, 2});
+             });
+
+  // Gradients (float64, every float input) and cpu-vs-reference parity on random inputs.
+  t.op("conv1d_valid_grad", [](const V& x) { return K::conv1d(x[0], x[1]); },
+       {g.normal({2, 6, 3}), g.normal({3, 3, 2})})
+      .no_unknown_dims();
+  t.op("conv1d_causal_grad",
+       [](const V& x) {
+         return K::conv1d(x[0], x[1], {.padding = "causal", .dilation_rate = {2}});
+       },
+       {g.normal({2, 6, 2}), g.normal({2, 2, 3})})
+      .no_unknown_dims();
+  t.op("conv1d_same_stride2_grad",
+       [](const V& x) { return K::conv1d(x[0], x[1], {.strides = {2}, .padding = "same"}); },
+       {g.normal({1, 7, 2}), g.normal({3, 2, 2})})
+      .no_unknown_dims();
+  t.op("conv2d_valid_grad", [](const V& x) { return K::conv2d(x[0], x[1]); },
+       {g.normal({2, 5, 4, 3}), g.normal({3, 2, 3, 2})})
+      .second_order()
+      .no_unknown_dims();
+  t.op("conv2d_same_stride2_grad", [same2](const V& x) { return K::conv2d(x[0], x[1], same2); },
+       {g.normal({2, 5, 6, 2}), g.normal({3, 3, 2, 3})})
+      .no_unknown_dims();
+  t.op("conv2d_even_same_grad",
+       [](const V& x) { return K::conv2d(x[0], x[1], {.padding = "same"}); },
+       {g.normal({1, 4, 5, 2}), g.normal({2, 2, 2, 2})})
+      .no_unknown_dims();
+  t.op("conv2d_dilated_grad",
+       [](const V& x) {
+         return K::conv2d(x[0], x[1], {.padding = "same", .dilation_rate = {2, 1}});
+       },
+       {g.normal({1, 5, 4, 2}), g.normal({3, 2, 2, 2})})
+      .no_unknown_dims();
+  t.op("conv2d_channels_first_grad", [cf](const V& x) { return K::conv2d(x[0], x[1], cf); },
+       {g.normal({2, 3, 5, 4}), g.normal({3, 3, 3, 2})})
+      .second_order()
+      .no_unknown_dims();
+  t.op("conv3d_grad",
+       [](const V& x) {
+         return K::conv3d(x[0], x[1], {.strides = {2, 1, 2}, .padding = "same"});
+       },
+       {g.normal({1, 4, 3, 4, 2}), g.normal({2, 2, 2, 2, 2})})
+      .no_unknown_dims();
+  t.op("conv2d_transpose_grad",
+       [same2](const V& x) {
+         return K::conv2d_transpose(x[0], x[1], {2, 6, 5, 2}, same2);
+       },
+       {g.normal({2, 3, 3, 3}), g.normal({3, 3, 2, 3})})
+      .second_order()
+      .no_unknown_dims();
+  t.op("conv2d_transpose_cf_grad",
+       [](const V& x) {
+         return K::conv2d_transpose(x[0], x[1], {1, 2, 7, 6},
+                                    {.strides = {2, 2}, .data_format = "channels_first"});
+       },
+       {g.normal({1, 3, 3, 2}), g.normal({3, 3, 2, 3})})
+      .no_unknown_dims();
+  t.op("conv2d_transpose_dilated_grad",
+       [](const V& x) {
+         return K::conv2d_transpose(x[0], x[1], {1, 6, 6, 2},
+                                    {.padding = "same", .dilation_rate = {2, 2}});
+       },
+       {g.normal({1, 6, 6, 2}), g.normal({2, 2, 2, 2})})
+      .no_unknown_dims();
+  t.op("conv3d_transpose_grad",
+       [](const V& x) {
+         return K::conv3d_transpose(x[0], x[1], {1, 4, 3, 4, 2},
+                                    {.strides = {2, 1, 2}, .padding = "same"});
+       },
+       {g.normal({1, 2, 3, 2, 2}), g.normal({2, 2, 2, 2, 2})})
+      .no_unknown_dims();
+  t.op("depthwise_conv2d_grad",
+       [same2](const V& x) { return K::depthwise_conv2d(x[0], x[1], same2); },
+       {g.normal({2, 5, 4, 3}), g.normal({3, 3, 3, 2})})
+      .no_unknown_dims();
+  t.op("depthwise_conv2d_cf_grad", [cf](const V& x) { return K::depthwise_conv2d(x[0], x[1], cf); },
+       {g.normal({1, 2, 4, 4}), g.normal({2, 2, 2, 3})})
+      .no_unknown_dims();
+  t.op("separable_conv2d_grad",
+       [](const V& x) { return K::separable_conv2d(x[0], x[1], x[2], {.padding = "same"}); },
+       {g.normal({1, 4, 4, 2}), g.normal({3, 3, 2, 2}), g.normal({1, 1, 4, 3})})
+      .no_unknown_dims();
+  t.op("separable_conv1d_grad",
+       [](const V& x) { return K::separable_conv1d(x[0], x[1], x[2], {.strides = {2}}); },
+       {g.normal({2, 7, 2}), g.normal({3, 2, 2}), g.normal({1, 4, 3})})
+      .no_unknown_dims();
+  t.op("local_conv1d_grad", [](const V& x) { return K::local_conv1d(x[0], x[1], 2, 2); },
+       {g.normal({2, 6, 2}), g.normal({3, 4, 3})})
+      .no_unknown_dims();
+  t.op("local_conv2d_cf_grad",
+       [](const V& x) {
+         return K::local_conv2d(x[0], x[1], {2, 2}, {1, 2}, {2, 2}, "channels_first");
+       },
+       {g.normal({2, 2, 3, 4}), g.normal({4, 8, 2})})
+      .no_unknown_dims();
+
+  // ---- pooling -------------------------------------------------------------------------------
+  t.values("pool2d_max_same",
+           [](const V& x) {
+             return K::pool2d(x[0], {3, 3}, {.strides = {2, 2}, .padding = "same"});
+           },
+           {ramp({1, 5, 5, 2}, 13)})
+      .expect(kMaxPoolSame, {1, 3, 3, 2})  // NumPy
+      .error("mode", Err::Value,
+             "K::pool2d: Invalid pooling mode: \"min\" (expected \"max\" or \"avg\")",
+             [] {
+               (void)K::pool2d(ph({2, 5, 5, 3}), {2, 2}, {.pool_mode = "min"});
+             })
+      .error("padding", Err::Value, "K::pool2d: Invalid padding: \"causal\"",
+             [] {
+               (void)K::pool2d(ph({2, 5, 5, 3}), {2, 2}, {.padding = "causal"});
+             })
+      .error("pool_size", Err::Value, "K::pool2d: pool_size (2,) must have 2 entries",
+             [] {
+               (void)K::pool2d(ph({2, 5, 5, 3}), {2});
+             })
+      .error("too_small", Err::Value,
+             "K::pool2d: input of shape (2, 5, 5, 3) is smaller than the window",
+             [] {
+               (void)K::pool2d(ph({2, 5, 5, 3}), {6, 2});
+             })
+      .error("data_format", Err::Value, "channels_middle",
+             [] {
+               (void)K::pool2d(ph({2, 5, 5, 3}), {2, 2}, {.data_format = "channels_middle"});
+             })
+      .error("int_dtype", Err::Type, "K::pool2d: `x` must be a float tensor", [] {
+        (void)K::pool2d(ph({2, 5, 5, 3}, "int32"), {2, 2});
+      });
+  t.values(
+       "pool2d_avg_same",
+       [](const V& x) {
+         return K::pool2d(x[0], {3, 3}, {.strides = {2, 2}, .padding = "same", .pool_mode = "avg"});
+       },
+       {ramp({1, 5, 5, 2}, 13)})
+      .expect(kAvgPoolSame, {1, 3, 3, 2});  // NumPy (padding excluded from the count)
+  // By hand: 3x3 input 1..9, 2x2 windows, stride 2, same: the bottom-right window holds only 9,
+  // so it averages to 9 (not 9 / 4).
+  t.values(
+       "pool2d_avg_same_corner_by_hand",
+       [](const V& x) {
+         return K::pool2d(x[0], {2, 2}, {.strides = {2, 2}, .padding = "same", .pool_mode = "avg"});
+       },
+       {f64({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 3, 3, 1})})
+      .expect({3, 4.5, 7.5, 9}, {1, 2, 2, 1});
+  t.values("pool2d_avg_valid_cf",
+           [](const V& x) {
+             return K::pool2d(
+                 x[0], {2, 2},
+                 {.strides = {2, 2}, .data_format = "channels_first", .pool_mode = "avg"});
+           },
+           {ramp({1, 2, 5, 5}, 13)})
+      .expect(kAvgPoolValidCF, {1, 2, 2, 2});  // NumPy
+  t.values("pool3d_max_same",
+           [](const V& x) {
+             return K::pool3d(x[0], {2, 2, 2}, {.strides = {2, 2, 2}, .padding = "same"});
+           },
+           {ramp({1, 3, 3, 3, 2}, 13)})
+      .expect(kMaxPool3dSame, {1, 2, 2, 2, 2})  // NumPy
+      .error("rank", Err::Value, "K::pool3d: x of shape (2, 5, 5, 3) must have rank 5", [] {
+        (void)K::pool3d(ph({2, 5, 5, 3}), {2, 2, 2});
+      });
+  t.op("pool2d_max_grad",
+       [](const V& x) {
+         return K::pool2d(x[0], {3, 3}, {.strides = {2, 2}, .padding = "same"});
+       },
+       {g.distinct({2, 5, 5, 2}, -2, 2)})
+      .second_order();
+  t.op("pool2d_avg_cf_grad",
+       [](const V& x) {
+         return K::pool2d(x[0], {2, 3},
+                          {.strides = {2, 2},
+                           .padding = "same",
+                           .data_format = "channels_first",
+                           .pool_mode = "avg"});
+       },
+       {g.normal({2, 2, 5, 5})})
+      .second_order();
+  t.op("pool2d_max_valid_cf_grad",
+       [](const V& x) {
+         return K::pool2d(x[0], {2, 2}, {.strides = {1, 2}, .data_format = "channels_first"});
+       },
+       {g.distinct({1, 3, 4, 5}, -2, 2)});
+  t.op("pool3d_avg_grad",
+       [](const V& x) {
+         return K::pool3d(x[0], {2, 2, 2},
+                          {.strides = {2, 2, 2}, .padding = "same", .pool_mode = "avg"});
+       },
+       {g.normal({1, 3, 4, 3, 2})});
+  t.op("pool3d_max_grad",
+       [](const V& x) {
+         return K::pool3d(x[0], {2, 2, 2}, {.strides = {1, 2, 2}});
+       },
+       {g.distinct({1, 3, 4, 4, 2}, -2, 2)});
+
+  // The gradient of max pooling's gradient (MaxPoolGradGrad): y = d sum(pool(x)^2) / dx. By
+  // hand: one 2x2 window over (1, 3, 2, 4) pools to 4, so y is 2 * 4 at the maximum, 0 elsewhere.
+  t.values("pool2d_max_gradient_by_hand",
+           [](const V& x) {
+             return K::gradients(K::sum(K::square(K::pool2d(x[0], {2, 2}, {.strides = {2, 2}}))),
+                                 {x[0]})[0];
+           },
+           {f64({1, 3, 2, 4}, {1, 2, 2, 1})})
+      .expect({0, 0, 0, 8}, {1, 2, 2, 1});
+  t.op("pool2d_max_gradient_grad",
+       [](const V& x) {
+         return K::gradients(K::sum(K::square(K::pool2d(x[0], {2, 2}, {.padding = "same"}))),
+                             {x[0]})[0];
+       },
+       {g.distinct({1, 3, 4, 2}, -2, 2)});
+
+  // ---- bias_add and batch normalization -------------------------------------------------------
+  // By hand: ones (2, 3, 2) plus a bias on the last axis, on axis 1, and a full channels_first
+  // bias (steps 2, C 3) whose data is reshaped (not transposed) to (3, 2) as Keras does.
+  t.values("bias_add_by_hand", [](const V& x) { return K::bias_add(x[0], x[1]); },
+           {NDArray::full({2, 3, 2}, 1.0, DType::float64), f64({10, 20}, {2})})
+      .expect({11, 21, 11, 21, 11, 21, 11, 21, 11, 21, 11, 21}, {2, 3, 2})
+      .error("bias_rank", Err::Value,
+             "K::bias_add: Unexpected bias dimensions 3, expect to be 1 or 2 dimensions",
+             [] {
+               (void)K::bias_add(ph({2, 5, 3}), ph({2, 5, 3}));
+             })
+      .error("channels", Err::Value,
+             "K::bias_add: bias of shape (4,) has 4 channels but x of shape (2, 5, 3) has 3",
+             [] {
+               (void)K::bias_add(ph({2, 5, 3}), ph({4}));
+             })
+      .error("channels_first", Err::Value, "on axis 1", [] {
+        (void)K::bias_add(ph({2, 5, 3}), ph({4}), "channels_first");
+      });
+  t.values("bias_add_cf_by_hand",
+           [](const V& x) { return K::bias_add(x[0], x[1], "channels_first"); },
+           {NDArray::full({2, 3, 2}, 1.0, DType::float64), f64({10, 20, 30}, {3})})
+      .expect({11, 11, 21, 21, 31, 31, 11, 11, 21, 21, 31, 31}, {2, 3, 2});
+  t.values("bias_add_cf_full_by_hand",
+           [](const V& x) { return K::bias_add(x[0], x[1], "channels_first"); },
+           {NDArray::full({2, 3, 2}, 1.0, DType::float64), f64({1, 2, 3, 4, 5, 6}, {2, 3})})
+      .expect({2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7}, {2, 3, 2});
+  t.op("bias_add_grad", [](const V& x) { return K::bias_add(x[0], x[1]); },
+       {g.normal({2, 3, 4}), g.normal({4})});
+  t.op("bias_add_cf_full_grad",
+       [](const V& x) { return K::bias_add(x[0], x[1], "channels_first"); },
+       {g.normal({2, 3, 2, 4}), g.normal({2, 4, 3})})
+      .no_unknown_dims();
+  // By hand: x (1, 2, 1, 2) = channel 0 (1, 2), channel 1 (3, 4); mean (1, 3), var (4, 1),
+  // beta (0, 10), gamma (2, 1), epsilon 0: (x - 1) / 2 * 2 + 0 and (x - 3) / 1 * 1 + 10.
+  t.values("batch_normalization_by_hand",
+           [](const V& x) {
+             return K::batch_normalization(x[0], x[1], x[2], x[3], x[4], {.axis = 1, .epsilon = 0});
+           },
+           {f64({1, 2, 3, 4}, {1, 2, 1, 2}), f64({1, 3}, {2}), f64({4, 1}, {2}), f64({0, 10}, {2}),
+            f64({2, 1}, {2})})
+      .expect({0, 1, 10, 11}, {1, 2, 1, 2})
+      .error("mean_shape", Err::Value,
+             "K::batch_normalization: `mean` of shape (4,) does not match axis 2",
+             [] {
+               (void)K::batch_normalization(ph({2, 5, 3}), ph({4}), ph({3}), ph({3}), ph({3}));
+             })
+      .error("axis", Err::Value, "K::batch_normalization", [] {
+        (void)K::batch_normalization(ph({2, 5, 3}), ph({3}), ph({3}), ph({3}), ph({3}),
+                                     {.axis = 3});
+      });
+  t.op("batch_normalization_grad",
+       [](const V& x) {
+         return K::batch_normalization(x[0], x[1], K::exp(x[2]), x[3], x[4], {.axis = 1});
+       },
+       {g.normal({2, 3, 2}), g.normal({3}), g.normal({3}), g.normal({3}), g.normal({3})});
+  // By hand: x (4, 2), column 0 = 1, 2, 3, 4 (mean 2.5, biased variance 1.25), column 1 all 2;
+  // gamma (2, 3), beta (0.5, -1), epsilon 1e-3. The output concatenates normed (4, 2), the
+  // mean and the variance.
+  t.values("normalize_batch_in_training_by_hand",
+           [](const V& x) {
+             const auto r = K::normalize_batch_in_training(x[0], x[1], x[2], {0});
+             return K::concatenate({K::flatten(r.normed), r.mean, r.var}, 0);
+           },
+           {f64({1, 2, 2, 2, 3, 2, 4, 2}, {4, 2}), f64({2, 3}, {2}), f64({0.5, -1}, {2})})
+      .expect({(1 - 2.5) / std::sqrt(1.25 + 1e-3) * 2 + 0.5, -1,
+               (2 - 2.5) / std::sqrt(1.25 + 1e-3) * 2 + 0.5, -1,
+               (3 - 2.5) / std::sqrt(1.25 + 1e-3) * 2 + 0.5, -1,
+               (4 - 2.5) / std::sqrt(1.25 + 1e-3) * 2 + 0.5, -1, 2.5, 2, 1.25, 0},
+              {12})
+      .error("no_axes", Err::Value,
+             "K::normalize_batch_in_training: reduction_axes must not be empty",
+             [] {
+               (void)K::normalize_batch_in_training(ph({2, 5, 3}), Tensor(), Tensor(), {});
+             })
+      .error("repeated_axis", Err::Value, "repeat an axis", [] {
+        (void)K::normalize_batch_in_training(ph({2, 5, 3}), Tensor(), Tensor(), {0, -3});
+      });
+  t.op("normalize_batch_in_training_grad",
+       [](const V& x) {
+         const auto r = K::normalize_batch_in_training(x[0], x[1], x[2], {0, 1});
+         return r.normed + K::expand_dims(K::expand_dims(r.mean * r.var, 0), 0);
+       },
+       {g.normal({3, 2, 3}), g.normal({3}), g.normal({3})});
+  t.op("normalize_batch_cf_grad",
+       [](const V& x) {
+         const auto r = K::normalize_batch_in_training(x[0], x[1], x[2], {0, 2, 3});
+         return K::sum(r.normed * r.normed * x[0]) + K::sum(r.mean + K::sqrt(r.var));
+       },
+       {g.normal({2, 2, 2, 3}), g.normal({2}), g.normal({2})})
+      .no_unknown_dims();
+
+  // ---- padding and resizing ------------------------------------------------------------------
+  // By hand: a 2x2 image padded one row above and two columns right.
+  t.values("spatial_2d_padding_by_hand",
+           [](const V& x) {
+             return K::spatial_2d_padding(x[0], {{{1, 0}, {0, 2}}});
+           },
+           {f64({1, 2, 3, 4}, {1, 2, 2, 1})})
+      .expect({0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0}, {1, 3, 4, 1})
+      .error("negative", Err::Value, "K::spatial_2d_padding: padding (-1, 0) must be non-negative",
+             [] {
+               (void)K::spatial_2d_padding(ph({1, 4, 4, 2}), {{{-1, 0}, {0, 0}}});
+             });
+  t.values("temporal_padding_by_hand",
+           [](const V& x) {
+             return K::temporal_padding(x[0], {2, 1});
+           },
+           {f64({5, 6}, {1, 1, 2})})
+      .expect({0, 0, 0, 0, 5, 6, 0, 0}, {1, 4, 2})
+      .error("rank", Err::Value, "K::temporal_padding: x of shape (2, 5) must have rank 3", [] {
+        (void)K::temporal_padding(ph({2, 5}), {1, 1});
+      });
+  t.op("spatial_3d_padding_cf_grad",
+       [](const V& x) {
+         return K::spatial_3d_padding(x[0], {{{1, 0}, {0, 2}, {1, 1}}}, "channels_first");
+       },
+       {g.normal({1, 2, 2, 2, 3})});
+  t.values("resize_images_nearest_by_hand",
+           [](const V& x) { return K::resize_images(x[0], 2, 1, "channels_last"); },
+           {f64({1, 2, 3, 4}, {1, 2, 2, 1})})
+      .expect({1, 2, 1, 2, 3, 4, 3, 4}, {1, 4, 2, 1})
+      .error("interpolation", Err::Value,
+             "K::resize_images: interpolation should be one of \"nearest\" or \"bilinear\", got "
+             "\"cubic\"",
+             [] {
+               (void)K::resize_images(ph({1, 4, 4, 2}), 2, 2, "channels_last", "cubic");
+             })
+      .error("factor", Err::Value, "K::resize_images: height_factor 0 must be a positive integer",
+             [] {
+               (void)K::resize_images(ph({1, 4, 4, 2}), 0, 2, "channels_last");
+             })
+      .error("data_format", Err::Value, "NHWC",
+             [] {
+               (void)K::resize_images(ph({1, 4, 4, 2}), 2, 2, "NHWC");
+             })
+      .error("bilinear_unknown", Err::Value, "bilinear resizing needs known rows and cols", [] {
+        (void)K::resize_images(ph({1, K::None, 4, 2}), 2, 2, "channels_last", "bilinear");
+      });
+  // By hand: TF 1.x bilinear, factor 2 on rows (1, 2) and (3, 4): source = dst / 2 -> 1, 1.5,
+  // 2, 2 (the last clamps to the edge).
+  t.values("resize_images_bilinear_by_hand",
+           [](const V& x) { return K::resize_images(x[0], 1, 2, "channels_last", "bilinear"); },
+           {f64({1, 2, 3, 4}, {1, 2, 2, 1})})
+      .expect({1, 1.5, 2, 2, 3, 3.5, 4, 4}, {1, 2, 4, 1});
+  t.op("resize_images_bilinear_grad",
+       [](const V& x) { return K::resize_images(x[0], 3, 2, "channels_first", "bilinear"); },
+       {g.normal({1, 2, 3, 2})});
+  t.op("resize_volumes_grad",
+       [](const V& x) { return K::resize_volumes(x[0], 2, 1, 2, "channels_last"); },
+       {g.normal({1, 2, 2, 2, 2})})
+      .error("rank", Err::Value, "K::resize_volumes: x of shape (1, 4, 4, 2) must have rank 5", [] {
+        (void)K::resize_volumes(ph({1, 4, 4, 2}), 2, 2, 2, "channels_last");
+      });
+  t.values("repeat_elements_by_hand", [](const V& x) { return K::repeat_elements(x[0], 3, 1); },
+           {f64({1, 2, 3, 4}, {2, 2})})
+      .expect({1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}, {2, 6})
+      .gradcheck()
+      .parity()
+      .error("negative", Err::Value, "K::repeat_elements: rep -1 is negative",
+             [] {
+               (void)K::repeat_elements(ph({2, 3}), -1, 0);
+             })
+      .error("axis", Err::Value, "K::repeat_elements", [] {
+        (void)K::repeat_elements(ph({2, 3}), 2, 2);
+      });
+  return t.take();
+}
+
+}  // namespace ktape::op_rows
