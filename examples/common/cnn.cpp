@@ -19,6 +19,8 @@ TrainConfig to_train_config(const CnnConfig& c) {
 ModelSpec cnn_spec(const CnnConfig& c) {
   if (c.filters1 <= 0 || c.filters2 <= 0 || c.dense <= 0)
     throw ValueError("fashion_cnn: filters and dense sizes must be > 0");
+  if (c.padding != "same" && c.padding != "valid")
+    throw ValueError("fashion_cnn: padding must be same or valid, got '" + c.padding + "'");
   if (c.data_format != "channels_last" && c.data_format != "channels_first")
     throw ValueError("fashion_cnn: data_format must be channels_last or channels_first, got '" +
                      c.data_format + "'");
@@ -27,11 +29,13 @@ ModelSpec cnn_spec(const CnnConfig& c) {
   s.program = "fashion_cnn";
   s.description = "CNN conv" + std::to_string(c.filters1) + "-pool-conv" +
                   std::to_string(c.filters2) + "-pool-dense" + std::to_string(c.dense) + "-10, " +
-                  c.data_format;
+                  c.padding + " padding, " + c.data_format;
   s.sample_shape = cf ? Shape{1, 28, 28} : Shape{28, 28, 1};
   s.build = [c](const Tensor& x, const Dropout& drop) {
     const std::int64_t f1 = c.filters1, f2 = c.filters2, d = c.dense;
-    const std::int64_t flat = 5 * 5 * f2;
+    // 28 -> 28 (same) or 26 (valid) -> 14 / 13 -> 14 / 11 -> 7 / 5.
+    const std::int64_t side = c.padding == "same" ? 7 : 5;
+    const std::int64_t flat = side * side * f2;
     const auto k1 = glorot_uniform({3, 3, 1, f1}, 9, 9 * f1, c.seed * 5 + 1, "conv2d_1/kernel");
     const auto b1 = K::zeros({f1}, {.name = "conv2d_1/bias"});
     const auto k2 =
@@ -43,7 +47,8 @@ ModelSpec cnn_spec(const CnnConfig& c) {
     const auto b4 = K::zeros({10}, {.name = "dense_2/bias"});
     const std::string df = c.data_format;
     auto conv_block = [&](const Tensor& h, const Tensor& k, const Tensor& b) {
-      const Tensor a = K::relu(K::bias_add(K::conv2d(h, k, {.data_format = df}), b, df));
+      const Tensor a =
+          K::relu(K::bias_add(K::conv2d(h, k, {.padding = c.padding, .data_format = df}), b, df));
       return K::pool2d(a, {2, 2}, {.strides = {2, 2}, .data_format = df});
     };
     const Tensor h = K::batch_flatten(conv_block(conv_block(x, k1, b1), k2, b2));

@@ -20,6 +20,7 @@ struct CnnConfig {
   int batch_size = 128;
   std::uint64_t seed = 1;
   std::string data_format = "channels_last";  // or "channels_first"
+  std::string padding = "same";               // of both convolutions: "same" or "valid"
 };
 
 // The layers' variables are named as Keras names them: conv2d_1/kernel, conv2d_1/bias,

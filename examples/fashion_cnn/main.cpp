@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   flags.number("--dropout", cfg.dropout, {.min = 0, .max = 1, .max_inclusive = false});
   flags.text("--optimizer", cfg.optimizer, ktape::examples::optimizer_names());
   flags.text("--data-format", cfg.data_format, {"channels_last", "channels_first"});
+  flags.text("--padding", cfg.padding, {"same", "valid"});
   flags.integer("--seed", cfg.seed);
   flags.parse(argc, argv);
   return ktape::examples::run_classifier(
