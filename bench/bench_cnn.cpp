@@ -1,5 +1,6 @@
 // The CNN of examples/fashion_cnn, and its two convolutions alone:
-//   BM_CnnStep/<batch>/<threads, 0 = every core>: one SGD step (lr 0.01) of conv 32 (3x3) relu
+//   BM_CnnStep/<batch>/<threads, 0 = every core>: one SGD step (lr 0.01) of conv 32 (3x3, valid)
+//   relu
 //     -> max-pool 2 -> conv 64 (3x3) relu -> max-pool 2 -> dense 128 relu -> dense 10 softmax
 //     (no dropout, as BM_TorchCnnStep), channels_last, sparse categorical crossentropy
 //   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>: the
@@ -30,7 +31,7 @@ std::unique_ptr<tbb::global_control> limit_threads(std::int64_t threads) {
 void BM_CnnStep(benchmark::State& state) {
   const auto batch = state.range(0);
   const auto threads = limit_threads(state.range(1));
-  const auto spec = ktape::examples::cnn_spec({});
+  const auto spec = ktape::examples::cnn_spec({.padding = "valid"});  // as BM_TorchCnnStep
   auto x = K::placeholder({K::None, 28, 28, 1});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   const auto m = spec.build(x, [](const ktape::Tensor& h, std::uint64_t) { return h; });
