@@ -68,6 +68,21 @@ inline void for_each_cell(const Box& b, F&& f) {
   }
 }
 
+// The windows of one 2-D plane (pooling has no dilation) in scan order: f(op, y0, y1, x0, x1)
+// with the window clipped to the input, rows [y0, y1) and columns [x0, x1).
+template <class F>
+inline void for_each_window_2d(const WindowDims& g, F&& f) {
+  for (std::int64_t oy = 0; oy < g.out[0]; ++oy) {
+    const std::int64_t ys = oy * g.s[0] - g.pb[0];
+    const std::int64_t y0 = std::max<std::int64_t>(ys, 0), y1 = std::min(ys + g.k[0], g.in[0]);
+    for (std::int64_t ox = 0; ox < g.out[1]; ++ox) {
+      const std::int64_t xs = ox * g.s[1] - g.pb[1];
+      const std::int64_t x0 = std::max<std::int64_t>(xs, 0), x1 = std::min(xs + g.k[1], g.in[1]);
+      f(oy * g.out[1] + ox, y0, y1, x0, x1);
+    }
+  }
+}
+
 template <class T>
 inline bool beats(T v, T best) {
   return v > best || (std::isnan(v) && !std::isnan(best));
@@ -93,46 +108,72 @@ void pool_kernel(const KernelCall& c) {
   T* y = ptr<T>(c.out);
   const Layout xl{g.cf, g.in_pixels, g.cx}, yl{g.cf, g.out_pixels, g.cy};
   const bool max = w.mode == attrs::Window::kMax;
+  if (g.cf) {
+    // channels_first: one (image, channel) plane after another, its windows read within it.
+    parallel_for(
+        g.n * g.cx, static_cast<double>(g.out_pixels * g.k_count),
+        [&](std::int64_t p0, std::int64_t p1) {
+          for (std::int64_t plane = p0; plane < p1; ++plane) {
+            const T* xp = x + plane * g.in_pixels;
+            T* yp = y + plane * g.out_pixels;
+            if (g.r == 2) {
+              const std::int64_t w = g.in[1];
+              for_each_window_2d(g, [&](std::int64_t op, std::int64_t y0, std::int64_t y1,
+                                        std::int64_t x0, std::int64_t x1) {
+                T v = xp[y0 * w + x0];
+                for (std::int64_t yy = y0; yy < y1; ++yy)
+                  for (std::int64_t xx = x0; xx < x1; ++xx) {
+                    if (yy == y0 && xx == x0) continue;
+                    const T u = xp[yy * w + xx];
+                    v = max ? (beats(u, v) ? u : v) : v + u;
+                  }
+                yp[op] = max ? v : v / static_cast<T>((y1 - y0) * (x1 - x0));
+              });
+              continue;
+            }
+            for (std::int64_t op = 0; op < g.out_pixels; ++op) {
+              const Box box = window_box(g, op);
+              T v = 0;
+              bool first = true;
+              for_each_cell(box, [&](std::int64_t ip) {
+                const T u = xp[ip];
+                if (first)
+                  v = u, first = false;
+                else if (max)
+                  v = beats(u, v) ? u : v;
+                else
+                  v += u;
+              });
+              yp[op] = max ? v : v / static_cast<T>(box.count);
+            }
+          }
+        },
+        1);
+    return;
+  }
   parallel_for(
       g.n * g.out_pixels, static_cast<double>(g.k_count * g.cx),
       [&](std::int64_t i0, std::int64_t i1) {
         for (std::int64_t i = i0; i < i1; ++i) {
           const std::int64_t n = i / g.out_pixels, op = i % g.out_pixels;
           const Box box = window_box(g, op);
-          if (!g.cf) {
-            // Channels innermost: each cell adds one contiguous row of channels.
-            T* row = y + yl.at(n, op, 0);
-            bool first = true;
-            for_each_cell(box, [&](std::int64_t ip) {
-              const T* src = x + xl.at(n, ip, 0);
-              if (first) {
-                std::memcpy(row, src, static_cast<std::size_t>(g.cx) * sizeof(T));
-                first = false;
-              } else if (max) {
-                for (std::int64_t ch = 0; ch < g.cx; ++ch)
-                  row[ch] = beats(src[ch], row[ch]) ? src[ch] : row[ch];
-              } else {
-                for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] += src[ch];
-              }
-            });
-            if (!max)
-              for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] /= static_cast<T>(box.count);
-            continue;
-          }
-          for (std::int64_t ch = 0; ch < g.cx; ++ch) {
-            T v = 0;
-            bool first = true;
-            for_each_cell(box, [&](std::int64_t ip) {
-              const T u = x[xl.at(n, ip, ch)];
-              if (first)
-                v = u, first = false;
-              else if (max)
-                v = beats(u, v) ? u : v;
-              else
-                v += u;
-            });
-            y[yl.at(n, op, ch)] = max ? v : v / static_cast<T>(box.count);
-          }
+          // Channels innermost: each cell adds one contiguous row of channels.
+          T* row = y + yl.at(n, op, 0);
+          bool first = true;
+          for_each_cell(box, [&](std::int64_t ip) {
+            const T* src = x + xl.at(n, ip, 0);
+            if (first) {
+              std::memcpy(row, src, static_cast<std::size_t>(g.cx) * sizeof(T));
+              first = false;
+            } else if (max) {
+              for (std::int64_t ch = 0; ch < g.cx; ++ch)
+                row[ch] = beats(src[ch], row[ch]) ? src[ch] : row[ch];
+            } else {
+              for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] += src[ch];
+            }
+          });
+          if (!max)
+            for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] /= static_cast<T>(box.count);
         }
       },
       1);
@@ -157,10 +198,10 @@ void pool_grad_kernel(const KernelCall& c) {
         std::memset(dx + n0 * image, 0, static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
         T best_v[kChannelBlock];
         std::int64_t best_p[kChannelBlock];
-        for (std::int64_t n = n0; n < n1; ++n)
+        for (std::int64_t n = n0; !g.cf && n < n1; ++n)
           for (std::int64_t op = 0; op < g.out_pixels; ++op) {
             const Box box = window_box(g, op);
-            if (Max && !g.cf) {
+            if (Max) {
               for (std::int64_t c0 = 0; c0 < g.cx; c0 += kChannelBlock) {
                 const std::int64_t cn = std::min(kChannelBlock, g.cx - c0);
                 bool first = true;
@@ -189,6 +230,40 @@ void pool_grad_kernel(const KernelCall& c) {
               }
             }
           }
+        // channels_first: each (image, channel) plane's windows, in the same window order.
+        for (std::int64_t n = n0; g.cf && g.r == 2 && n < n1; ++n)
+          for (std::int64_t ch = 0; ch < g.cx; ++ch) {
+            const std::int64_t plane = n * g.cx + ch, w = g.in[1];
+            const T* xp = x + plane * g.in_pixels;
+            const T* gp = dy + plane * g.out_pixels;
+            T* dp = dx + plane * g.in_pixels;
+            for_each_window_2d(g, [&](std::int64_t op, std::int64_t y0, std::int64_t y1,
+                                      std::int64_t x0, std::int64_t x1) {
+              if constexpr (Max) {
+                std::int64_t best = y0 * w + x0;
+                for (std::int64_t yy = y0; yy < y1; ++yy)
+                  for (std::int64_t xx = x0; xx < x1; ++xx)
+                    if (beats(xp[yy * w + xx], xp[best])) best = yy * w + xx;
+                dp[best] += gp[op];
+              } else {
+                const T share = gp[op] / static_cast<T>((y1 - y0) * (x1 - x0));
+                for (std::int64_t yy = y0; yy < y1; ++yy)
+                  for (std::int64_t xx = x0; xx < x1; ++xx) dp[yy * w + xx] += share;
+              }
+            });
+          }
+        for (std::int64_t n = n0; g.cf && g.r != 2 && n < n1; ++n)
+          for (std::int64_t ch = 0; ch < g.cx; ++ch)
+            for (std::int64_t op = 0; op < g.out_pixels; ++op) {
+              const Box box = window_box(g, op);
+              const T gv = dy[yl.at(n, op, ch)];
+              if constexpr (Max) {
+                dx[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)] += gv;
+              } else {
+                const T share = gv / static_cast<T>(box.count);
+                for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
+              }
+            }
       },
       1);
 }
