@@ -72,7 +72,6 @@ std::vector<RowRef> with_errors(const std::vector<OpRow>& rows) {
     if (!row.errors.empty()) r.push_back({&row});
   return r;
 }
-bool any(const Checks&) { return true; }
 bool gradcheck(const Checks& c) { return c.gradcheck; }
 bool ref_gradcheck(const Checks& c) { return c.ref_gradcheck; }
 bool second_order(const Checks& c) { return c.second_order; }

@@ -91,7 +91,6 @@ void one_hot_kernel(const KernelCall& c) {
 template <class T, int Kind>  // 0 uniform, 1 normal, 2 truncated normal, 3 binomial (a = p)
 void random_kernel(const KernelCall& c) {
   const auto random_attrs = attrs::Random::of(*c.attrs);
-  const auto shape = random_attrs.shape;
   const auto a = random_attrs.a;
   const auto b = random_attrs.b;
   T* y = ptr<T>(c.out);
