@@ -45,8 +45,8 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.cols = g.k_count * (input ? g.cy : g.cx);
   p.out_cols = input ? g.cx : g.cy;
   // A gathered tile of about 96 KiB stays in L2 next to the kernel panel.
-  const auto budget = static_cast<std::int64_t>(96 * 1024 / elem);
-  p.rows = std::clamp<std::int64_t>(budget / std::max<std::int64_t>(p.cols, 1), 4, 256);
+  const auto budget = static_cast<std::int64_t>(192 * 1024 / elem);
+  p.rows = std::clamp<std::int64_t>(budget / std::max<std::int64_t>(p.cols, 1), 4, 512);
   p.rows = std::max<std::int64_t>(1, std::min(p.rows, pixels));
   p.tiles_per_image = pixels == 0 ? 0 : (pixels + p.rows - 1) / p.rows;
   p.tiles = g.n * p.tiles_per_image;
