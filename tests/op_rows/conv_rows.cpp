@@ -2,11 +2,15 @@
 // ops/image.hpp) and the layout helpers it brought (repeat_elements). Provenance of expected
 // values: "NumPy" = tests/data/conv_reference.py (direct loops over explicitly padded inputs,
 // NumPy 1.24, run once, values pasted below) on the ramp inputs it documents; "by hand" =
-// written out next to the values. The transposes as adjoints, the cpu tiling at large sizes,
-// thread-count independence and zero sizes are ordinary tests in tests/test_conv.cpp.
+// written out next to the values; "formula" = the naive float64 reference of
+// op_rows/naive_conv.hpp applied to the row's (random) inputs. The transposes as adjoints, the cpu
+// tiling at large sizes, thread-count independence and zero sizes are ordinary tests in
+// tests/test_conv.cpp.
+#include <cmath>
 #include <string>
 #include <vector>
 
+#include "op_rows/naive_conv.hpp"
 #include "op_rows/op_row.hpp"
 
 namespace ktape::op_rows {
@@ -390,87 +394,138 @@ std::vector<OpRow> conv_rows() {
   // Gradients (float64, every float input) and cpu-vs-reference parity on random inputs.
   t.op("conv1d_valid_grad", [](const V& x) { return K::conv1d(x[0], x[1]); },
        {g.normal({2, 6, 3}), g.normal({3, 3, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) { return naive::conv(in[0], in[1], {}); });
   t.op("conv1d_causal_grad",
        [](const V& x) {
          return K::conv1d(x[0], x[1], {.padding = "causal", .dilation_rate = {2}});
        },
        {g.normal({2, 6, 2}), g.normal({2, 2, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1], {.dilation = {2}, .padding = "causal"});
+      });
   t.op("conv1d_same_stride2_grad",
        [](const V& x) { return K::conv1d(x[0], x[1], {.strides = {2}, .padding = "same"}); },
        {g.normal({1, 7, 2}), g.normal({3, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1], {.strides = {2}, .padding = "same"});
+      });
   t.op("conv2d_valid_grad", [](const V& x) { return K::conv2d(x[0], x[1]); },
        {g.normal({2, 5, 4, 3}), g.normal({3, 2, 3, 2})})
       .second_order()
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) { return naive::conv(in[0], in[1], {}); });
   t.op("conv2d_same_stride2_grad", [same2](const V& x) { return K::conv2d(x[0], x[1], same2); },
        {g.normal({2, 5, 6, 2}), g.normal({3, 3, 2, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1], {.strides = {2, 2}, .padding = "same"});
+      });
   t.op("conv2d_even_same_grad",
        [](const V& x) { return K::conv2d(x[0], x[1], {.padding = "same"}); },
        {g.normal({1, 4, 5, 2}), g.normal({2, 2, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) { return naive::conv(in[0], in[1], {.padding = "same"}); });
   t.op("conv2d_dilated_grad",
        [](const V& x) {
          return K::conv2d(x[0], x[1], {.padding = "same", .dilation_rate = {2, 1}});
        },
        {g.normal({1, 5, 4, 2}), g.normal({3, 2, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1], {.dilation = {2, 1}, .padding = "same"});
+      });
   t.op("conv2d_channels_first_grad", [cf](const V& x) { return K::conv2d(x[0], x[1], cf); },
        {g.normal({2, 3, 5, 4}), g.normal({3, 3, 3, 2})})
       .second_order()
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1],
+                           {.strides = {2, 1}, .padding = "same", .channels_first = true});
+      });
   t.op("conv3d_grad",
        [](const V& x) {
          return K::conv3d(x[0], x[1], {.strides = {2, 1, 2}, .padding = "same"});
        },
        {g.normal({1, 4, 3, 4, 2}), g.normal({2, 2, 2, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(in[0], in[1], {.strides = {2, 1, 2}, .padding = "same"});
+      });
   t.op("conv2d_transpose_grad",
        [same2](const V& x) {
          return K::conv2d_transpose(x[0], x[1], {2, 6, 5, 2}, same2);
        },
        {g.normal({2, 3, 3, 3}), g.normal({3, 3, 2, 3})})
       .second_order()
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv_transpose(in[0], in[1], {2, 6, 5, 2},
+                                     {.strides = {2, 2}, .padding = "same"});
+      });
   t.op("conv2d_transpose_cf_grad",
        [](const V& x) {
          return K::conv2d_transpose(x[0], x[1], {1, 2, 7, 6},
                                     {.strides = {2, 2}, .data_format = "channels_first"});
        },
        {g.normal({1, 3, 3, 2}), g.normal({3, 3, 2, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv_transpose(in[0], in[1], {1, 2, 7, 6},
+                                     {.strides = {2, 2}, .channels_first = true});
+      });
   t.op("conv2d_transpose_dilated_grad",
        [](const V& x) {
          return K::conv2d_transpose(x[0], x[1], {1, 6, 6, 2},
                                     {.padding = "same", .dilation_rate = {2, 2}});
        },
        {g.normal({1, 6, 6, 2}), g.normal({2, 2, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv_transpose(in[0], in[1], {1, 6, 6, 2},
+                                     {.dilation = {2, 2}, .padding = "same"});
+      });
   t.op("conv3d_transpose_grad",
        [](const V& x) {
          return K::conv3d_transpose(x[0], x[1], {1, 4, 3, 4, 2},
                                     {.strides = {2, 1, 2}, .padding = "same"});
        },
        {g.normal({1, 2, 3, 2, 2}), g.normal({2, 2, 2, 2, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv_transpose(in[0], in[1], {1, 4, 3, 4, 2},
+                                     {.strides = {2, 1, 2}, .padding = "same"});
+      });
   t.op("depthwise_conv2d_grad",
        [same2](const V& x) { return K::depthwise_conv2d(x[0], x[1], same2); },
        {g.normal({2, 5, 4, 3}), g.normal({3, 3, 3, 2})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::depthwise(in[0], in[1], {.strides = {2, 2}, .padding = "same"});
+      });
   t.op("depthwise_conv2d_cf_grad", [cf](const V& x) { return K::depthwise_conv2d(x[0], x[1], cf); },
        {g.normal({1, 2, 4, 4}), g.normal({2, 2, 2, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::depthwise(in[0], in[1],
+                                {.strides = {2, 1}, .padding = "same", .channels_first = true});
+      });
   t.op("separable_conv2d_grad",
        [](const V& x) { return K::separable_conv2d(x[0], x[1], x[2], {.padding = "same"}); },
        {g.normal({1, 4, 4, 2}), g.normal({3, 3, 2, 2}), g.normal({1, 1, 4, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(naive::depthwise(in[0], in[1], {.padding = "same"}), in[2], {});
+      });
   t.op("separable_conv1d_grad",
        [](const V& x) { return K::separable_conv1d(x[0], x[1], x[2], {.strides = {2}}); },
        {g.normal({2, 7, 2}), g.normal({3, 2, 2}), g.normal({1, 4, 3})})
-      .no_unknown_dims();
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        return naive::conv(naive::depthwise(in[0], in[1], {.strides = {2}}), in[2], {});
+      });
   t.op("local_conv1d_grad", [](const V& x) { return K::local_conv1d(x[0], x[1], 2, 2); },
        {g.normal({2, 6, 2}), g.normal({3, 4, 3})})
       .no_unknown_dims();
@@ -551,7 +606,10 @@ std::vector<OpRow> conv_rows() {
          return K::pool2d(x[0], {3, 3}, {.strides = {2, 2}, .padding = "same"});
        },
        {g.distinct({2, 5, 5, 2}, -2, 2)})
-      .second_order();
+      .second_order()
+      .formula([](const In& in) {
+        return naive::pool(in[0], {3, 3}, {.strides = {2, 2}, .padding = "same"}, true);
+      });
   t.op("pool2d_avg_cf_grad",
        [](const V& x) {
          return K::pool2d(x[0], {2, 3},
@@ -561,23 +619,36 @@ std::vector<OpRow> conv_rows() {
                            .pool_mode = "avg"});
        },
        {g.normal({2, 2, 5, 5})})
-      .second_order();
+      .second_order()
+      .formula([](const In& in) {
+        return naive::pool(in[0], {2, 3},
+                           {.strides = {2, 2}, .padding = "same", .channels_first = true}, false);
+      });
   t.op("pool2d_max_valid_cf_grad",
        [](const V& x) {
          return K::pool2d(x[0], {2, 2}, {.strides = {1, 2}, .data_format = "channels_first"});
        },
-       {g.distinct({1, 3, 4, 5}, -2, 2)});
+       {g.distinct({1, 3, 4, 5}, -2, 2)})
+      .formula([](const In& in) {
+        return naive::pool(in[0], {2, 2}, {.strides = {1, 2}, .channels_first = true}, true);
+      });
   t.op("pool3d_avg_grad",
        [](const V& x) {
          return K::pool3d(x[0], {2, 2, 2},
                           {.strides = {2, 2, 2}, .padding = "same", .pool_mode = "avg"});
        },
-       {g.normal({1, 3, 4, 3, 2})});
+       {g.normal({1, 3, 4, 3, 2})})
+      .formula([](const In& in) {
+        return naive::pool(in[0], {2, 2, 2}, {.strides = {2, 2, 2}, .padding = "same"}, false);
+      });
   t.op("pool3d_max_grad",
        [](const V& x) {
          return K::pool3d(x[0], {2, 2, 2}, {.strides = {1, 2, 2}});
        },
-       {g.distinct({1, 3, 4, 4, 2}, -2, 2)});
+       {g.distinct({1, 3, 4, 4, 2}, -2, 2)})
+      .formula([](const In& in) {
+        return naive::pool(in[0], {2, 2, 2}, {.strides = {1, 2, 2}}, true);
+      });
 
   // The gradient of max pooling's gradient (MaxPoolGradGrad): y = d sum(pool(x)^2) / dx. By
   // hand: one 2x2 window over (1, 3, 2, 4) pools to 4, so y is 2 * 4 at the maximum, 0 elsewhere.
@@ -623,7 +694,8 @@ std::vector<OpRow> conv_rows() {
            {NDArray::full({2, 3, 2}, 1.0, DType::float64), f64({1, 2, 3, 4, 5, 6}, {2, 3})})
       .expect({2, 3, 4, 5, 6, 7, 2, 3, 4, 5, 6, 7}, {2, 3, 2});
   t.op("bias_add_grad", [](const V& x) { return K::bias_add(x[0], x[1]); },
-       {g.normal({2, 3, 4}), g.normal({4})});
+       {g.normal({2, 3, 4}), g.normal({4})})
+      .formula([](const In& in) { return naive::add(in[0], in[1]); });
   t.op("bias_add_cf_full_grad",
        [](const V& x) { return K::bias_add(x[0], x[1], "channels_first"); },
        {g.normal({2, 3, 2, 4}), g.normal({2, 4, 3})})
@@ -650,7 +722,16 @@ std::vector<OpRow> conv_rows() {
        [](const V& x) {
          return K::batch_normalization(x[0], x[1], K::exp(x[2]), x[3], x[4], {.axis = 1});
        },
-       {g.normal({2, 3, 2}), g.normal({3}), g.normal({3}), g.normal({3}), g.normal({3})});
+       {g.normal({2, 3, 2}), g.normal({3}), g.normal({3}), g.normal({3}), g.normal({3})})
+      .formula([](const In& in) {
+        return naive::add(
+            naive::mul(
+                naive::div(naive::sub(in[0], naive::reshape(in[1], {3, 1})),
+                           naive::map(naive::add(naive::exp(naive::reshape(in[2], {3, 1})), 1e-3),
+                                      [](double v) { return std::sqrt(v); })),
+                naive::reshape(in[4], {3, 1})),
+            naive::reshape(in[3], {3, 1}));
+      });
   // By hand: x (4, 2), column 0 = 1, 2, 3, 4 (mean 2.5, biased variance 1.25), column 1 all 2;
   // gamma (2, 3), beta (0.5, -1), epsilon 1e-3. The output concatenates normed (4, 2), the
   // mean and the variance.
