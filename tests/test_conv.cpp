@@ -14,6 +14,7 @@
 #include <tbb/global_control.h>
 
 #include "ktape/ktape.hpp"
+#include "op_rows/op_row.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -26,23 +27,13 @@ using ktape::Tensor;
 using V = std::vector<Tensor>;
 using Fn = std::function<Tensor(const V&)>;
 
+// Seeded float64 inputs (the op rows' generator).
 NDArray normal(const Shape& s, std::uint64_t seed, double stddev = 1.0) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> d(0.0, stddev);
-  NDArray a(s, DType::float64);
-  for (std::int64_t i = 0; i < a.size(); ++i) a.set_item(i, d(gen));
-  return a;
+  return ktape::op_rows::Gen(seed).normal(s, stddev);
 }
-
 // Distinct values (a shuffled grid): no ties inside a max-pool window.
 NDArray distinct(const Shape& s, std::uint64_t seed) {
-  NDArray a(s, DType::float64);
-  std::vector<double> v(static_cast<std::size_t>(a.size()));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = -2.0 + 4.0 * static_cast<double>(i) / static_cast<double>(v.size());
-  std::shuffle(v.begin(), v.end(), std::mt19937_64(seed));
-  for (std::int64_t i = 0; i < a.size(); ++i) a.set_item(i, v[static_cast<std::size_t>(i)]);
-  return a;
+  return ktape::op_rows::Gen(seed).distinct(s, -2, 2);
 }
 
 // Runs f on float64 placeholders shaped like `inputs` with the given backend.
