@@ -9,6 +9,7 @@
 #include "engine/config.hpp"
 #include "engine/errors.hpp"
 #include "engine/log.hpp"
+#include "engine/threads.hpp"
 
 namespace ktape {
 
@@ -110,6 +111,7 @@ const Backend& reference_backend() {
 
 const Backend& cpu_backend() {
   static const Backend b = [] {
+    apply_thread_environment();  // KTAPE_NUM_THREADS, before any kernel runs
     Backend c;
     c.name = "cpu";
     register_cpu_kernels(c);

@@ -146,7 +146,8 @@ void read_config_file(const std::string& path, State& s) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // A syntax error, or a number no double holds (1e317: out_of_range, not parse_error).
     log_warn("keras.json (" + path + "): malformed JSON (" + e.what() +
              "); using the default configuration");
     return;

@@ -1,6 +1,7 @@
 // The example programs' command lines: strict flag parsing with messages that name the flag,
 // output paths checked before training, corrupt data files and every other failure reported as
-// a message and a non-zero exit (never an abort). Runs the built fashion_mlp / fashion_rnn.
+// a message and a non-zero exit (never an abort). Runs the built fashion_mlp, fashion_rnn and
+// fashion_cnn.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <zlib.h>
@@ -40,6 +41,7 @@ Result run(const std::string& cmd) {
 
 const std::string kMlp = KTAPE_FASHION_MLP;
 const std::string kRnn = KTAPE_FASHION_RNN;
+const std::string kCnn = KTAPE_FASHION_CNN;
 
 void expect_usage_error(const std::string& prog, const std::string& args, const std::string& msg) {
   SCOPED_TRACE(prog + " " + args);
@@ -75,10 +77,24 @@ TEST(ExamplesCli, NumbersAreParsedStrictlyAndErrorsNameTheFlag) {
   expect_usage_error(kRnn, "--cell rnn", "--cell: 'rnn' is not one of lstm, gru");
   expect_usage_error(kRnn, "--clipnorm -1", "--clipnorm: '-1' must be a finite number > 0");
   expect_usage_error(kRnn, "--epochs 2x", "--epochs: '2x' is not an integer");
+  expect_usage_error(kCnn, "--data-format NHWC",
+                     "--data-format: 'NHWC' is not one of channels_last, channels_first");
+  expect_usage_error(kCnn, "--padding full", "--padding: 'full' is not one of same, valid");
+  for (const auto& prog : {kMlp, kRnn, kCnn})
+    expect_usage_error(prog, "--threads -1", "--threads: '-1' must be an integer in [0, ");
+}
+
+TEST(ExamplesCli, AMalformedThreadCountInTheEnvironmentIsAnError) {
+  const Result r = run("KTAPE_NUM_THREADS=two " + kMlp + " --limit 10 --epochs 1");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("KTAPE_NUM_THREADS must be a non-negative integer (0: every core), got "
+                       "'two'"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(ExamplesCli, HelpPrintsTheUsage) {
-  for (const auto& prog : {kMlp, kRnn}) {
+  for (const auto& prog : {kMlp, kRnn, kCnn}) {
     const Result r = run(prog + " --help");
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("usage:"), std::string::npos) << r.out;
@@ -112,7 +128,7 @@ TEST(ExamplesCli, CorruptDataIsAMessageAndANonZeroExit) {
   };
   write_gz("train-images-idx3-ubyte.gz", {0, 0, 8, 3, 0, 0, 0, 9, 0, 1, 0, 0, 0, 1, 0, 0, 1, 2, 3});
   write_gz("train-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-  for (const auto& prog : {kMlp, kRnn}) {
+  for (const auto& prog : {kMlp, kRnn, kCnn}) {
     const Result r = run(prog + " --epochs 1 --data-dir " + dir.string());
     EXPECT_EQ(r.code, 1) << r.err;
     EXPECT_NE(r.err.find("error: IDX file"), std::string::npos) << r.err;

@@ -10,6 +10,7 @@ namespace ktape::examples {
 
 void add_run_flags(train::FlagParser& flags, RunFlags& run) {
   flags.integer("--epochs", run.epochs, 0);
+  flags.integer("--threads", run.threads, 0, 4096);
   flags.integer("--limit", run.limit, 1);
   flags.text("--data-dir", run.data_dir);
   flags.text("--save", run.save_path);
@@ -25,6 +26,7 @@ int run_classifier(const std::string& program, const RunFlags& run,
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
+    if (run.threads > 0) ktape::set_num_threads(run.threads);
     // Output paths fail now, not after the first epoch has trained.
     if (!run.save_path.empty()) T::check_writable("--save", run.save_path);
     if (!run.history_path.empty()) T::check_writable("--history", run.history_path);

@@ -16,12 +16,13 @@ namespace ktape::examples {
 
 struct RunFlags {
   int epochs = 10;
+  int threads = 0;  // 0: every core (or KTAPE_NUM_THREADS)
   std::int64_t limit = -1;
   std::string data_dir = data::default_fashion_mnist_dir();
   std::string save_path, load_path, history_path, plot_path;
 };
 
-// Registers --epochs, --limit, --data-dir, --save, --load, --history and --plot.
+// Registers --epochs, --threads, --limit, --data-dir, --save, --load, --history and --plot.
 void add_run_flags(train::FlagParser& flags, RunFlags& run);
 
 // Runs the training described above; `make` builds the model (after the data loaded),

@@ -17,6 +17,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: fashion_cnn [--optimizer NAME] [--epochs N] [--batch-size N] [--lr X] [--dropout X]\n"
     "                   [--data-format channels_last|channels_first] [--seed N] [--limit N]\n"
+    "                   [--threads N]\n"
     "                   [--data-dir DIR] [--save FILE.npz] [--load FILE.npz]\n"
     "                   [--history FILE.csv] [--plot FILE.svg]\n"
     "  --optimizer    adam (default), sgd, momentum, nesterov, rmsprop, adagrad, adadelta,\n"
@@ -24,6 +25,8 @@ constexpr const char* kUsage =
     "                 0.01 (momentum 0.9), rmsprop 0.001, adagrad 0.01, adadelta 1.0,\n"
     "                 adamax/nadam 0.002\n"
     "  --epochs       total epochs, counting those of a --load'ed checkpoint (default 15)\n"
+    "  --threads      threads for the kernels (default 0: every core, or KTAPE_NUM_THREADS); the\n"
+    "                 results are the same at any count\n"
     "  --dropout      the rate after the dense 128 layer (default 0.25)\n"
     "  --data-format  channels_last (default: images fed as 28x28x1) or channels_first (1x28x28)\n"
     "  --limit        use only the first N training and N test samples\n"

@@ -16,12 +16,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: fashion_mlp [--optimizer NAME] [--epochs N] [--batch-size N] [--lr X] [--dropout X]\n"
+    "                   [--threads N]\n"
     "                   [--seed N] [--limit N] [--data-dir DIR] [--save FILE.npz]\n"
     "                   [--load FILE.npz] [--history FILE.csv] [--plot FILE.svg]\n"
     "  --optimizer  sgd (default), momentum, nesterov, rmsprop, adagrad, adadelta, adam, adamax,\n"
     "               nadam; --lr defaults to sgd 0.1, momentum/nesterov 0.01 (momentum 0.9),\n"
     "               rmsprop 0.001, adagrad 0.01, adadelta 1.0, adam 0.001, adamax/nadam 0.002\n"
     "  --epochs     total epochs, counting those of a --load'ed checkpoint (default 10)\n"
+    "  --threads    threads for the kernels (default 0: every core, or KTAPE_NUM_THREADS); the\n"
+    "               results are the same at any count\n"
     "  --limit      use only the first N training and N test samples\n"
     "  --save       write a checkpoint (weights, optimizer state, RNG state, history) after\n"
     "               every epoch\n"

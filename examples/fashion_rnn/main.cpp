@@ -18,7 +18,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: fashion_rnn [--cell lstm|gru] [--hidden N] [--optimizer NAME] [--lr X]\n"
     "                   [--clipnorm X] [--epochs N] [--batch-size N] [--unroll] [--seed N]\n"
-    "                   [--limit N] [--data-dir DIR]\n"
+    "                   [--limit N] [--threads N] [--data-dir DIR]\n"
     "  --cell       lstm (default) or gru (Keras reset_after=True)\n"
     "  --hidden     units of the cell (default 128)\n"
     "  --optimizer  adam (default), sgd, rmsprop, adagrad, adadelta, adamax, nadam; Keras's\n"
@@ -26,6 +26,8 @@ constexpr const char* kUsage =
     "  --clipnorm   clip the gradients to this global norm\n"
     "  --epochs     default 10; --batch-size default 128\n"
     "  --unroll     K::rnn(unroll=true): the unrolled graph instead of the symbolic loop\n"
+    "  --threads    threads for the kernels (default 0: every core, or KTAPE_NUM_THREADS); the\n"
+    "               results are the same at any count\n"
     "  --limit      use only the first N training and N test samples\n"
     "The validation (val_) metrics are those of the test set.\n";
 
@@ -33,6 +35,7 @@ constexpr const char* kUsage =
 
 int main(int argc, char** argv) {
   int epochs = 10;
+  int threads = 0;
   std::int64_t limit = -1;
   std::string data_dir = ktape::data::default_fashion_mnist_dir();
   ktape::examples::RnnConfig cfg;
@@ -48,11 +51,13 @@ int main(int argc, char** argv) {
   flags.toggle("--unroll", cfg.unroll);
   flags.integer("--seed", cfg.seed);
   flags.integer("--limit", limit, 1);
+  flags.integer("--threads", threads, 0, 4096);
   flags.text("--data-dir", data_dir);
   flags.parse(argc, argv);
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
+    if (threads > 0) ktape::set_num_threads(threads);
     K::set_random_seed(cfg.seed);
     const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
     const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);

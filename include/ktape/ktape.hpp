@@ -14,6 +14,7 @@
 #include "engine/ndarray.hpp"
 #include "engine/shape.hpp"
 #include "engine/tensor.hpp"
+#include "engine/threads.hpp"
 #include "io/npz.hpp"
 #include "ops/control.hpp"
 #include "ops/conv.hpp"

@@ -1,8 +1,7 @@
-// cpu MatMul: Eigen's GEMM, single-threaded inside oneTBB tasks that split the output rows.
+// cpu MatMul: Eigen's GEMM, single-threaded inside oneTBB tasks that split the output rows
+// (or columns) into fixed blocks.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
-
-#include <tbb/task_arena.h>
 
 #include "engine/backend.hpp"
 #include "ops/kernels/attrs.hpp"
@@ -33,14 +32,14 @@ void matmul_kernel(const KernelCall& c) {
     C.setZero();
     return;
   }
-  // One large block per thread (one GEMM each) rather than many GEMV-like slivers. Split the
-  // dimension whose duplicated packing costs less: rows re-pack B (k x n) in every block,
-  // columns re-pack A (m x k).
-  const std::int64_t threads = std::max(1, tbb::this_task_arena::max_concurrency());
+  // Blocks of 64 rows (or columns, when splitting them re-packs less: rows re-pack B (k x n)
+  // in every block, columns re-pack A (m x k)), each one GEMM. The block size is fixed, never
+  // derived from the thread count: Eigen's blocking (and so the order of every sum) depends on
+  // a call's sizes, and the same inputs must give the same bits at any thread count.
   const bool by_cols = m < n && n >= 32;
   const std::int64_t extent = by_cols ? n : m;
   const double cost_per_item = 2.0 * static_cast<double>(by_cols ? m : n) * static_cast<double>(k);
-  const std::int64_t block = std::max<std::int64_t>(16, (extent + threads - 1) / threads);
+  constexpr std::int64_t block = 64;
   parallel_for(
       extent, cost_per_item / 4.0,
       [&](std::int64_t i0, std::int64_t i1) {

@@ -1,0 +1,125 @@
+// Thread control (engine/threads.hpp) and results independent of the thread count: the same
+// training steps of an MLP, an LSTM loop and a CNN give the same bits at 1, 2 and 16 threads
+// (on a machine with fewer cores, oneTBB caps the larger counts at the cores it has).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ktape/ktape.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+namespace K = ktape::backend;
+using ktape::DType;
+using ktape::NDArray;
+using ktape::Shape;
+using ktape::Tensor;
+using V = std::vector<Tensor>;
+
+// Deterministic inputs: a fixed, irregular pattern.
+NDArray pattern(const Shape& s, double scale = 1.0) {
+  NDArray a(s, DType::float32);
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    a.set_item(i, scale * std::sin(0.7 * static_cast<double>(i) + 0.3));
+  return a;
+}
+NDArray labels(std::int64_t n) {
+  NDArray t(Shape{n}, DType::int32);
+  for (std::int64_t i = 0; i < n; ++i) t.data<std::int32_t>()[i] = static_cast<int>((i * 7) % 10);
+  return t;
+}
+
+// Builds a model's training step (SGD) fresh, runs `steps` steps at `threads` threads and
+// returns the final weights and the last loss.
+std::vector<NDArray> train(const std::string& model, int threads, int steps) {
+  ktape::set_num_threads(threads);
+  std::vector<Tensor> params;
+  Tensor x, loss;
+  NDArray xv;
+  auto t = K::placeholder({K::None}, {.dtype = "int32"});
+  auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t seed) {
+    return K::random_uniform_variable({a, b}, -0.1, 0.1, {.seed = seed});
+  };
+  if (model == "mlp") {
+    x = K::placeholder({K::None, 784});
+    auto W1 = glorot(784, 256, 1), W2 = glorot(256, 10, 2);
+    auto b1 = K::zeros({256});
+    params = {W1, b1, W2};
+    loss = K::mean(
+        K::sparse_categorical_crossentropy(t, K::softmax(K::dot(K::relu(K::dot(x, W1) + b1), W2))));
+    xv = pattern({200, 784});
+  } else if (model == "lstm") {
+    x = K::placeholder({K::None, 12, 16});
+    auto W = glorot(16, 128, 3), U = glorot(32, 128, 4), Wd = glorot(32, 10, 5);
+    auto b = K::zeros({128});
+    params = {W, U, b, Wd};
+    auto step = [&](const Tensor& xt, const V& s) {
+      auto z = K::dot(xt, W) + K::dot(s[0], U) + b;
+      auto gate = [&](int k) { return K::slice(z, {0, 32 * k}, {-1, 32}); };
+      auto c = K::sigmoid(gate(1)) * s[1] + K::sigmoid(gate(0)) * K::tanh(gate(2));
+      auto h = K::sigmoid(gate(3)) * K::tanh(c);
+      return std::pair<Tensor, V>{h, {h, c}};
+    };
+    auto h0 = K::zeros_like(K::dot(K::sum(x, 1), K::zeros({16, 32})));
+    loss = K::mean(K::sparse_categorical_crossentropy(
+        t, K::softmax(K::dot(K::rnn(step, x, {h0, h0}).last_output, Wd))));
+    xv = pattern({96, 12, 16});
+  } else {
+    x = K::placeholder({K::None, 28, 28, 1});
+    auto k1 = K::random_uniform_variable({3, 3, 1, 16}, -0.2, 0.2, {.seed = 6});
+    auto k2 = K::random_uniform_variable({3, 3, 16, 32}, -0.1, 0.1, {.seed = 7});
+    auto Wd = glorot(5 * 5 * 32, 10, 8);
+    params = {k1, k2, Wd};
+    auto block = [](const Tensor& h, const Tensor& k) {
+      return K::pool2d(K::relu(K::conv2d(h, k)), {2, 2}, {.strides = {2, 2}});
+    };
+    loss = K::mean(K::sparse_categorical_crossentropy(
+        t, K::softmax(K::dot(K::batch_flatten(block(block(x, k1), k2)), Wd))));
+    xv = pattern({64, 28, 28, 1});
+  }
+  const auto g = K::gradients(loss, params);
+  std::vector<Tensor> ups;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    ups.push_back(K::update_sub(params[i], 0.05 * g[i]));
+  auto f = K::function({x, t}, {loss}, ups);
+  std::vector<NDArray> out;
+  const NDArray tv = labels(xv.shape()[0]);
+  for (int s = 0; s < steps; ++s) out = f({xv, tv});
+  for (const auto& p : params) out.push_back(K::get_value(p));
+  ktape::set_num_threads(0);
+  return out;
+}
+
+class SameBits : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SameBits, AtOneTwoAndSixteenThreads) {
+  const auto one = train(GetParam(), 1, 3);
+  for (int threads : {2, 16}) {
+    const auto many = train(GetParam(), threads, 3);
+    ASSERT_EQ(one.size(), many.size());
+    for (std::size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(one[i].raw_data(), many[i].raw_data(), one[i].nbytes()))
+          << (i == 0 ? std::string("the loss") : "weight " + std::to_string(i - 1)) << " at "
+          << threads << " threads";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, SameBits, ::testing::Values("mlp", "lstm", "cnn"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param);
+                         });
+
+TEST(Threads, SetAndQueryTheLimit) {
+  ktape::set_num_threads(1);
+  EXPECT_EQ(ktape::num_threads(), 1);
+  ktape::set_num_threads(0);
+  EXPECT_GE(ktape::num_threads(), 1);
+  const std::string msg =
+      ktape::testing_util::error_of<ktape::ValueError>([] { ktape::set_num_threads(-2); });
+  EXPECT_HAS(msg, "ktape::set_num_threads: n must be >= 0 (0: every core), got -2");
+}
+
+}  // namespace
