@@ -6,9 +6,9 @@
 #include "autodiff/gradients.hpp"
 #include "engine/errors.hpp"
 #include "engine/function.hpp"
+#include "engine/graph.hpp"
 #include "engine/random.hpp"
 #include "ops/kernels/attrs.hpp"
-#include "engine/graph.hpp"
 
 namespace ktape {
 

@@ -5,9 +5,9 @@
 #include <unordered_set>
 
 #include "engine/errors.hpp"
+#include "engine/graph.hpp"
 #include "engine/graph_walk.hpp"
 #include "ops/kernels/attrs.hpp"
-#include "engine/graph.hpp"
 
 namespace ktape {
 

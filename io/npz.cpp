@@ -16,8 +16,8 @@
 #include <memory>
 #include <set>
 
-#include "io/atomic_file.hpp"
 #include "engine/errors.hpp"
+#include "io/atomic_file.hpp"
 
 namespace ktape {
 namespace {

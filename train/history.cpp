@@ -172,6 +172,8 @@ std::string History::to_csv() const {
   return out;
 }
 
-void History::write_csv(const std::string& path) const { ktape::write_file_atomically(path, to_csv()); }
+void History::write_csv(const std::string& path) const {
+  ktape::write_file_atomically(path, to_csv());
+}
 
 }  // namespace ktape::train

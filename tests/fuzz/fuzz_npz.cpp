@@ -3,8 +3,8 @@
 #include <cstdint>
 
 #include "engine/errors.hpp"
-#include "io/npz.hpp"
 #include "fuzz_util.hpp"
+#include "io/npz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string& path = ktape::fuzz::scratch_file(data, size, ".npz");
