@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include <tbb/task_arena.h>
+
 #include "engine/errors.hpp"
 #include "engine/parallel.hpp"
 
@@ -342,8 +344,15 @@ void run_fused(const KernelCall& c) {
     }
   };
   // Split over whole chunks: results never depend on the split.
-  parallel_for(chunks, static_cast<double>(chunk) * static_cast<double>(P.instrs.size()), body,
-               /*align=*/1);
+  // Isolated: a member kernel may split a big chunk in a nested parallel loop, and a thread
+  // waiting there must not pick up another chunk of this pass, which would reuse its
+  // thread-local registers underneath the waiting one.
+  parallel_for(
+      chunks, static_cast<double>(chunk) * static_cast<double>(P.instrs.size()),
+      [&](std::int64_t c0, std::int64_t c1) {
+        tbb::this_task_arena::isolate([&] { body(c0, c1); });
+      },
+      /*align=*/1);
 }
 
 }  // namespace ktape

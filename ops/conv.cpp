@@ -176,9 +176,10 @@ Common common(const char* fn, int rank, const Tensor& x, const Tensor& kernel, c
     throw ValueError(std::string(fn) + ": the kernel's shape " + kernel.shape().str() +
                      " must be fully known");
   for (int i = 0; i < rank; ++i) {
-    if (kernel.shape()[i] < 1)
+    if (kernel.shape()[i] < 1 || kernel.shape()[i] > ops::kMaxWindowValue)
       throw ValueError(std::string(fn) + ": kernel of shape " + kernel.shape().str() +
-                       " has an empty window");
+                       " needs a window of 1 to " + std::to_string(ops::kMaxWindowValue) +
+                       " cells per spatial dim");
     c.spec.window.push_back(kernel.shape()[i]);
   }
   return c;
@@ -250,6 +251,9 @@ Tensor depthwise_nd(const char* fn, int rank, const Tensor& x, const Tensor& dk,
                     const ConvOptions& o) {
   Common c = common(fn, rank, x, dk, o, false);
   const std::int64_t in = dk.shape()[rank], m = dk.shape()[rank + 1];
+  if (in < 1 || m < 1)
+    throw ValueError(c.fn + ": the depthwise kernel of shape " + dk.shape().str() +
+                     " needs at least one input channel and a multiplier of at least 1");
   const std::int64_t cx = x.shape()[c.spec.channels_first ? 1 : rank + 1];
   if (cx >= 0 && cx != in)
     throw ValueError(c.fn + ": x of shape " + x.shape().str() + " has " + std::to_string(cx) +

@@ -54,9 +54,11 @@ Tensor pad(const char* fn, const Tensor& x, int rank, const std::vector<int>& ax
                      std::to_string(rank));
   std::vector<std::int64_t> b(static_cast<std::size_t>(rank), 0), a = b;
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (pads[i][0] < 0 || pads[i][1] < 0)
+    if (pads[i][0] < 0 || pads[i][1] < 0 || pads[i][0] > ops::kMaxWindowValue ||
+        pads[i][1] > ops::kMaxWindowValue)
       throw ValueError(std::string(fn) + ": padding (" + std::to_string(pads[i][0]) + ", " +
-                       std::to_string(pads[i][1]) + ") must be non-negative");
+                       std::to_string(pads[i][1]) + ") must be non-negative (and at most " +
+                       std::to_string(ops::kMaxWindowValue) + ")");
     b[static_cast<std::size_t>(axes[i])] = pads[i][0];
     a[static_cast<std::size_t>(axes[i])] = pads[i][1];
   }

@@ -370,20 +370,21 @@ Tensor repeat_elements(const Tensor& x, int rep, int axis) {
   const int ax = normalize_axis(axis, x.ndim(), fn);
   if (rep < 0) throw ValueError(std::string(fn) + ": rep " + std::to_string(rep) + " is negative");
   if (rep == 1) return x;
+  if (rep == 0) {  // an empty axis: no reshape, whatever the other dims
+    std::vector<std::int64_t> size(static_cast<std::size_t>(x.ndim()), -1);
+    size[static_cast<std::size_t>(ax)] = 0;
+    return slice(x, std::vector<std::int64_t>(static_cast<std::size_t>(x.ndim()), 0), size);
+  }
   // (..., n, 1, ...) concatenated rep times on the new axis, then merged back into axis.
   const Tensor e = expand_dims(x, ax + 1);
-  const Tensor copies = rep == 0 ? slice(e, std::vector<std::int64_t>(e.ndim(), 0),
-                                         [&] {
-                                           std::vector<std::int64_t> sz(e.ndim(), -1);
-                                           sz[static_cast<std::size_t>(ax + 1)] = 0;
-                                           return sz;
-                                         }())
-                                 : concatenate(std::vector<Tensor>(rep, e), ax + 1);
+  const Tensor copies = concatenate(std::vector<Tensor>(static_cast<std::size_t>(rep), e), ax + 1);
   std::vector<std::int64_t> target;
   int unknown = 0;
   for (int d = 0; d < x.ndim(); ++d) {
     std::int64_t v = x.shape()[d];
-    if (v >= 0 && d == ax) v *= rep;
+    if (v >= 0 && d == ax && __builtin_mul_overflow(v, rep, &v))
+      throw ValueError(std::string(fn) + ": " + std::to_string(x.shape()[d]) + " x rep " +
+                       std::to_string(rep) + " elements overflow");
     if (v < 0 && d == 0 && ax != 0) {
       v = kCopyDim0;
     } else if (v < 0) {

@@ -26,7 +26,7 @@ void check_param(const char* fn, const char* arg, const Tensor& x, const Tensor&
   ops::check_same_dtype(fn, x, p);
   if (p.ndim() == 1) {
     const std::int64_t c = x.shape()[axis], pc = p.shape()[0];
-    if (c >= 0 && pc >= 0 && c != pc)
+    if (c >= 0 && pc >= 0 && c != pc && pc != 1)
       throw ValueError(std::string(fn) + ": `" + arg + "` of shape " + p.shape().str() +
                        " does not match axis " + std::to_string(axis) + " of x's shape " +
                        x.shape().str());

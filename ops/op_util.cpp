@@ -103,9 +103,9 @@ std::vector<std::int64_t> spatial_tuple(const char* fn, const char* arg,
     throw ValueError(std::string(fn) + ": `" + arg + "` " + dims_str(v) + " must have " +
                      std::to_string(rank) + " entries (one per spatial dim)");
   for (auto x : out)
-    if (x < 1)
+    if (x < 1 || x > kMaxWindowValue)
       throw ValueError(std::string(fn) + ": `" + arg + "` " + dims_str(v) +
-                       " must hold positive values");
+                       " must hold values from 1 to " + std::to_string(kMaxWindowValue));
   return out;
 }
 

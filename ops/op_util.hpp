@@ -31,6 +31,9 @@ std::string dims_str(std::span<const std::int64_t> v);
 bool channels_first(const char* fn, const std::optional<std::string>& data_format);
 std::vector<std::int64_t> spatial_tuple(const char* fn, const char* arg,
                                         const std::vector<std::int64_t>& v, int rank);
+// The largest stride, dilation, window dim or padding amount the sliding-window ops take: their
+// arithmetic (dilated windows, cells per window, padded extents) then stays far from overflow.
+inline constexpr std::int64_t kMaxWindowValue = std::int64_t{1} << 24;
 // "valid" -> attrs::Window::kValid, "same" -> kSame, "causal" (only where causal_ok) -> kCausal.
 inline constexpr int kCausal = 3;
 int padding_mode(const char* fn, const std::string& padding, bool causal_ok);

@@ -61,6 +61,11 @@ Tensor pool_nd(const char* fn, int rank, const Tensor& x, const std::vector<std:
     throw ValueError(std::string(fn) + ": pool_size " + ops::dims_str(size) + " must have " +
                      std::to_string(rank) + " entries");
   s.window = ops::spatial_tuple(fn, "pool_size", size, rank);
+  std::int64_t cells = 1;
+  for (auto k : s.window) cells *= k;  // each <= 2^24, at most 3 of them: no overflow
+  if (cells > (std::int64_t{1} << 40))
+    throw ValueError(std::string(fn) + ": pool_size " + ops::dims_str(size) +
+                     " has more than 2^40 cells per window");
   s.strides = ops::spatial_tuple(fn, "strides", o.strides, rank);
   const Attrs at = W::make(s, fn);
   check_input(W::of(at), x.shape(), "x");

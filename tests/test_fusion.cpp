@@ -245,6 +245,23 @@ TEST(Fusion, ChannelsFirstBiasAndActivationAfterAConvAreOnePass) {
   }
 }
 
+TEST(Fusion, BigColumnChunksWithNestedParallelKernelsStayCorrect) {
+  // 112 x 112 maps make column chunks of 12,544 elements, on which exp-like member kernels
+  // split again (a nested parallel loop): a thread waiting there must not run another chunk of
+  // the same pass over its thread-local registers. Fused == unfused, call after call.
+  K::clear_session();
+  auto x = K::placeholder({K::None, 16, 112, 112});
+  auto b = K::variable(ramp(Shape{16}, 0.5, 0.1));
+  auto y = K::tanh(K::sigmoid(K::bias_add(x, b, "channels_first")) * 2.0 - K::exp(x * 0.1));
+  auto f1 = K::function({x}, {y});
+  auto f0 = K::function({x}, {y}, {}, {.backend = "cpu", .fuse = false});
+  const NDArray xv = ramp(Shape{8, 16, 112, 112}, 1.0, -0.2);
+  const NDArray want = f0({xv})[0];
+  for (int call = 0; call < 4; ++call)
+    expect_identical(f1({xv})[0], want, "call " + std::to_string(call));
+  EXPECT_LT(f1.num_steps(), f0.num_steps());
+}
+
 TEST(Fusion, ConstantSubgraphsAreFoldedAtCompile) {
   K::clear_session();
   auto a = K::constant(NDArray::from_values({1.0, 2.0, 3.0}, Shape{3}));

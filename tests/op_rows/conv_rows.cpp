@@ -218,7 +218,12 @@ std::vector<OpRow> conv_rows() {
              [] {
                (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.strides = {1, 2, 3}});
              })
-      .error("strides_positive", Err::Value, "`strides` (0, 1) must hold positive values",
+      .error("strides_huge", Err::Value, "`strides` (4294967296, 1) must hold values from 1 to",
+             [] {
+               (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}),
+                               {.strides = {std::int64_t{1} << 32, 1}, .padding = "same"});
+             })
+      .error("strides_positive", Err::Value, "`strides` (0, 1) must hold values from 1 to 16777216",
              [] {
                (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.strides = {0, 1}});
              })
@@ -247,8 +252,8 @@ std::vector<OpRow> conv_rows() {
            },
            {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 4}, 5, 0.5)})
       .expect(kConv2dDilatedSame, {2, 5, 5, 4})  // NumPy
-      .error("dilation_positive", Err::Value, "K::conv2d: `dilation_rate` (-1,) must hold positive",
-             [] {
+      .error("dilation_positive", Err::Value,
+             "K::conv2d: `dilation_rate` (-1,) must hold values from 1 to", [] {
                (void)K::conv2d(ph({2, 5, 5, 3}), ph({3, 3, 3, 4}), {.dilation_rate = {-1}});
              });
   t.values("conv2d_channels_first",
@@ -289,6 +294,12 @@ std::vector<OpRow> conv_rows() {
            [same2](const V& x) { return K::depthwise_conv2d(x[0], x[1], same2); },
            {ramp({2, 5, 5, 3}), ramp({3, 3, 3, 2}, 5, 0.5)})
       .expect(kDepthwiseSame, {2, 3, 3, 6})  // NumPy (a grouped conv, one group per channel)
+      .error("no_channels", Err::Value,
+             "K::depthwise_conv2d: the depthwise kernel of shape (3, 3, 0, 2) needs at least one "
+             "input channel",
+             [] {
+               (void)K::depthwise_conv2d(ph({1, 5, 5, 0}), ph({3, 3, 0, 2}));
+             })
       .error("channels", Err::Value,
              "K::depthwise_conv2d: x of shape (2, 5, 5, 3) has 3 channels but the depthwise kernel "
              "of shape (3, 3, 2, 2) expects 2",
@@ -552,6 +563,12 @@ std::vector<OpRow> conv_rows() {
              [] {
                (void)K::pool2d(ph({2, 5, 5, 3}), {2, 2}, {.padding = "causal"});
              })
+      .error("pool_huge", Err::Value,
+             "K::pool2d: `pool_size` (4294967296, 4294967296) must hold values from 1 to",
+             [] {
+               (void)K::pool2d(ph({1, 4, 4, 1}), {std::int64_t{1} << 32, std::int64_t{1} << 32},
+                               {.padding = "same"});
+             })
       .error("pool_size", Err::Value, "K::pool2d: pool_size (2,) must have 2 entries",
              [] {
                (void)K::pool2d(ph({2, 5, 5, 3}), {2});
@@ -718,6 +735,13 @@ std::vector<OpRow> conv_rows() {
         (void)K::batch_normalization(ph({2, 5, 3}), ph({3}), ph({3}), ph({3}), ph({3}),
                                      {.axis = 3});
       });
+  // By hand: rank-1 parameters of length 1 broadcast over the axis: (x - 1) / sqrt(4) * 3 + 1.
+  t.values("batch_normalization_length1_by_hand",
+           [](const V& x) {
+             return K::batch_normalization(x[0], x[1], x[2], x[3], x[4], {.epsilon = 0});
+           },
+           {f64({1, 3, 5, 7}, {2, 2}), f64({1}, {1}), f64({4}, {1}), f64({1}, {1}), f64({3}, {1})})
+      .expect({1, 4, 7, 10}, {2, 2});
   t.op("batch_normalization_grad",
        [](const V& x) {
          return K::batch_normalization(x[0], x[1], K::exp(x[2]), x[3], x[4], {.axis = 1});
@@ -776,6 +800,13 @@ std::vector<OpRow> conv_rows() {
            },
            {f64({1, 2, 3, 4}, {1, 2, 2, 1})})
       .expect({0, 0, 0, 0, 1, 2, 0, 0, 3, 4, 0, 0}, {1, 3, 4, 1})
+      .error("huge", Err::Value,
+             "K::temporal_padding: padding (4611686018427387904, 4611686018427387904) must be "
+             "non-negative (and at most 16777216)",
+             [] {
+               (void)K::temporal_padding(ph({1, 2, 2}),
+                                         {std::int64_t{1} << 62, std::int64_t{1} << 62});
+             })
       .error("negative", Err::Value, "K::spatial_2d_padding: padding (-1, 0) must be non-negative",
              [] {
                (void)K::spatial_2d_padding(ph({1, 4, 4, 2}), {{{-1, 0}, {0, 0}}});
@@ -830,6 +861,11 @@ std::vector<OpRow> conv_rows() {
       .error("rank", Err::Value, "K::resize_volumes: x of shape (1, 4, 4, 2) must have rank 5", [] {
         (void)K::resize_volumes(ph({1, 4, 4, 2}), 2, 2, 2, "channels_last");
       });
+  // rep 0 empties the axis, also with an unknown dim elsewhere.
+  t.values("repeat_elements_zero", [](const V& x) { return K::repeat_elements(x[0], 0, 1); },
+           {f64({1, 2, 3, 4}, {2, 2})})
+      .expect({}, {2, 0})
+      .none_batch();
   t.values("repeat_elements_by_hand", [](const V& x) { return K::repeat_elements(x[0], 3, 1); },
            {f64({1, 2, 3, 4}, {2, 2})})
       .expect({1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4}, {2, 6})

@@ -19,6 +19,7 @@
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/conv_plan.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/kernels/window.hpp"
 
 namespace ktape::kernels {
@@ -204,10 +205,10 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
     }
   } else if (!ol.cf) {
     MapM<T> Y(base + p0 * out_cols, rows, out_cols, Eigen::OuterStride<>(out_cols));
-    Y.noalias() = C * M;
+    gemm_panels(Y, C, M, false);
   } else {
     MapM<T> Yt(base + p0, out_cols, rows, Eigen::OuterStride<>(ol.pixels));
-    Yt.noalias() = M.transpose() * C.transpose();
+    gemm_panels(Yt, M.transpose(), C.transpose(), false);
   }
 }
 
@@ -401,10 +402,10 @@ void conv_backprop_filter_kernel(const KernelCall& c) {
       const T* dimg = dy + yl.image(n);
       if (!g.cf) {
         const MapC<T> D(dimg + p0 * g.cy, rows, g.cy, Eigen::OuterStride<>(g.cy));
-        acc.noalias() += C.transpose() * D;
+        gemm_panels(acc, C.transpose(), D, true);
       } else {
         const MapC<T> Dt(dimg + p0, g.cy, rows, Eigen::OuterStride<>(g.out_pixels));
-        acc.noalias() += C.transpose() * Dt.transpose();
+        gemm_panels(acc, C.transpose(), Dt.transpose(), true);
       }
     }
   });

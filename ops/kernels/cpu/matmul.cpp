@@ -7,6 +7,7 @@
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 
 namespace ktape::kernels {
 
@@ -47,24 +48,24 @@ void matmul_kernel(const KernelCall& c) {
         if (by_cols) {
           auto out = C.middleCols(i0, len);
           if (!ta && !tb)
-            out.noalias() = A * B.middleCols(i0, len);
+            gemm_panels(out, A, B.middleCols(i0, len), false);
           else if (!ta && tb)
-            out.noalias() = A * B.middleRows(i0, len).transpose();
+            gemm_panels(out, A, B.middleRows(i0, len).transpose(), false);
           else if (ta && !tb)
-            out.noalias() = A.transpose() * B.middleCols(i0, len);
+            gemm_panels(out, A.transpose(), B.middleCols(i0, len), false);
           else
-            out.noalias() = A.transpose() * B.middleRows(i0, len).transpose();
+            gemm_panels(out, A.transpose(), B.middleRows(i0, len).transpose(), false);
           return;
         }
         auto out = C.middleRows(i0, len);
         if (!ta && !tb)
-          out.noalias() = A.middleRows(i0, len) * B;
+          gemm_panels(out, A.middleRows(i0, len), B, false);
         else if (!ta && tb)
-          out.noalias() = A.middleRows(i0, len) * B.transpose();
+          gemm_panels(out, A.middleRows(i0, len), B.transpose(), false);
         else if (ta && !tb)
-          out.noalias() = A.middleCols(i0, len).transpose() * B;
+          gemm_panels(out, A.middleCols(i0, len).transpose(), B, false);
         else
-          out.noalias() = A.middleCols(i0, len).transpose() * B.transpose();
+          gemm_panels(out, A.middleCols(i0, len).transpose(), B.transpose(), false);
       },
       block);
 }
