@@ -1,18 +1,16 @@
 // The CNN of examples/fashion_cnn, and its two convolutions alone:
-//   BM_CnnStep/<batch>/<threads, 0 = every core>: one SGD step (lr 0.01) of conv 32 (3x3, valid)
-//   relu
+//   BM_CnnStep/<batch>/<threads, 0 = every core>/<0 default GEMM (BLIS), 1 Eigen's>: one SGD step
+//   (lr 0.01) of conv 32 (3x3, valid) relu
 //     -> max-pool 2 -> conv 64 (3x3) relu -> max-pool 2 -> dense 128 relu -> dense 10 softmax
 //     (no dropout, as BM_TorchCnnStep), channels_last, sparse categorical crossentropy
-//   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>: the
+//   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>/<0 default
+//     GEMM (BLIS), 1 Eigen's>: the
 //     CNN's layer shapes (1: 28x28x1 -> 26x26x32, 2: 13x13x32 -> 11x11x64), FLOP/s counters;
 //     the Function returns one element of the result rather than a copy of it
 // BM_TorchCnnStep (bench_torch.cpp) is the same step in LibTorch.
 #include <benchmark/benchmark.h>
 
-#include <tbb/global_control.h>
-
-#include <memory>
-
+#include "bench/bench_util.hpp"
 #include "examples/common/cnn.hpp"
 #include "ktape/ktape.hpp"
 
@@ -22,15 +20,12 @@ using ktape::Shape;
 
 namespace {
 
-std::unique_ptr<tbb::global_control> limit_threads(std::int64_t threads) {
-  if (threads <= 0) return nullptr;
-  return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
-                                               static_cast<std::size_t>(threads));
-}
+using ktape::bench::limit_threads;
 
 void BM_CnnStep(benchmark::State& state) {
   const auto batch = state.range(0);
   const auto threads = limit_threads(state.range(1));
+  const ktape::bench::GemmChoice gemm(state.range(2));
   const auto spec = ktape::examples::cnn_spec({.padding = "valid"});  // as BM_TorchCnnStep
   auto x = K::placeholder({K::None, 28, 28, 1});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
@@ -48,14 +43,12 @@ void BM_CnnStep(benchmark::State& state) {
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel(state.range(1) > 0 ? std::to_string(state.range(1)) + " threads" : "every core");
+  state.SetLabel(gemm.name() + ", " + ktape::bench::threads_label(state.range(1)));
 }
 BENCHMARK(BM_CnnStep)
-    ->Args({32, 0})
-    ->Args({128, 0})
-    ->Args({32, 1})
-    ->Args({128, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One element of t: what a benchmark Function returns so that copying out the result costs
 // nothing.
@@ -68,6 +61,7 @@ void BM_Conv2d(benchmark::State& state) {
   const int layer = static_cast<int>(state.range(0));
   const int pass = static_cast<int>(state.range(1));
   const auto batch = state.range(2);
+  const ktape::bench::GemmChoice gemm(state.range(3));
   const std::int64_t hw = layer == 1 ? 28 : 13, cin = layer == 1 ? 1 : 32,
                      cout = layer == 1 ? 32 : 64, out = hw - 2;
   auto x = K::placeholder({batch, hw, hw, cin});
@@ -93,8 +87,12 @@ void BM_Conv2d(benchmark::State& state) {
   state.counters["FLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()),
                                                 benchmark::Counter::kIsRate);
   static const char* passes[] = {"forward", "input gradient", "kernel gradient"};
-  state.SetLabel(std::string("layer ") + std::to_string(layer) + " " + passes[pass]);
+  state.SetLabel(std::string("layer ") + std::to_string(layer) + " " + passes[pass] + ", " +
+                 gemm.name());
 }
-BENCHMARK(BM_Conv2d)->ArgsProduct({{1, 2}, {0, 1, 2}, {128}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Conv2d)
+    ->ArgsProduct({{1, 2}, {0, 1, 2}, {128}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

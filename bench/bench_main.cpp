@@ -1,19 +1,19 @@
 // ktape benchmarks (Google Benchmark). Run: ./build/bench/bench_ktape
-//   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on 1 thread>: one SGD step of
-//     the 784-256-128-10 MLP
+//   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on Eigen's GEMM>/<threads,
+//     0 = every core>: one SGD step of the 784-256-128-10 MLP; FLOPS = its GEMM FLOPs / time
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
-//   BM_Gemm/<m>/<k>/<n>: MatMul at the MLP's shapes, reported in FLOP/s
+//   BM_Gemm/<m>/<k>/<n>/<threads>/<0 default GEMM (BLIS), 1 Eigen's>: MatMul at the MLP's and
+//     the LSTM's shapes
+//   BM_FmaPeak/<threads> (bench_peak.cpp): the FMA peak, to read FLOPS counters against
 //   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
 //     gradient scaffolding that K::gradients adds, see FedGradients). Counters: `steps` = kernel
 //     launches per call, `floats/s` = parameters updated per second
 #include <benchmark/benchmark.h>
 
-#include <tbb/global_control.h>
-
 #include <cmath>
-#include <memory>
 
+#include "bench/bench_util.hpp"
 #include "ktape/ktape.hpp"
 
 namespace K = ktape::backend;
@@ -25,10 +25,9 @@ namespace {
 
 const char* backend_name(int i) { return i == 1 ? "reference" : "cpu"; }
 
-// Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on one thread (as
-// LibTorch's single-threaded figure).
+// Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on Eigen's GEMM.
 const char* variant_label(int i) {
-  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu 1 thread"};
+  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu eigen-gemm"};
   return labels[i];
 }
 
@@ -36,10 +35,8 @@ void BM_MlpStep(benchmark::State& state) {
   const auto batch = state.range(0);
   const int variant = static_cast<int>(state.range(1));
   const char* be = backend_name(variant);
-  std::unique_ptr<tbb::global_control> one_thread;
-  if (variant == 3)
-    one_thread =
-        std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const ktape::bench::GemmChoice gemm(variant == 3 ? 1 : 0);
   auto x = K::placeholder({K::None, 784});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
@@ -65,18 +62,18 @@ void BM_MlpStep(benchmark::State& state) {
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * batch);
-  state.SetLabel(variant_label(variant));
+  // Forward and weight-gradient GEMMs of every layer, input gradients of layers 2 and 3.
+  const double b = static_cast<double>(batch);
+  ktape::bench::set_flops(
+      state, 2.0 * b * (2.0 * (784 * 256 + 256 * 128 + 128 * 10) + (256 * 128 + 128 * 10)));
+  state.SetLabel(std::string(variant_label(variant)) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_MlpStep)
-    ->Args({32, 0})
-    ->Args({128, 0})
-    ->Args({32, 1})
-    ->Args({128, 1})
-    ->Args({32, 2})
-    ->Args({128, 2})
-    ->Args({32, 3})
-    ->Args({128, 3})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {0, 3}, {1, 2}})
+    ->ArgsProduct({{32, 128}, {1, 2}, {0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Dispatch(benchmark::State& state) {
   auto x = K::placeholder({1});
@@ -94,21 +91,28 @@ BENCHMARK(BM_Dispatch)->Unit(benchmark::kMicrosecond);
 
 void BM_Gemm(benchmark::State& state) {
   const auto m = state.range(0), k = state.range(1), n = state.range(2);
+  const auto limit = ktape::bench::limit_threads(state.range(3));
+  const ktape::bench::GemmChoice gemm(state.range(4));
   auto a = K::placeholder({m, k});
   auto b = K::variable(NDArray::full(Shape{k, n}, 0.01));
   auto f = K::function({a}, {K::dot(a, b)});
   std::vector<NDArray> ins{NDArray::full(Shape{m, k}, 0.5)}, outs;
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
-  state.counters["FLOPS"] = benchmark::Counter(
-      2.0 * static_cast<double>(m * k * n) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  ktape::bench::set_flops(state, 2.0 * static_cast<double>(m * k * n));
+  state.SetLabel(gemm.name() + ", " + ktape::bench::threads_label(state.range(3)));
 }
+// The MLP's layers 1 and 2 (batch 128 and 32), the LSTM's per-step product (128 x 128 x 512)
+// and its hoisted input projection over 28 steps (3584 x 28 x 512).
 BENCHMARK(BM_Gemm)
-    ->Args({128, 784, 256})
-    ->Args({128, 256, 128})
-    ->Args({32, 784, 256})
-    ->Unit(benchmark::kMicrosecond);
+    ->ArgsProduct({{128}, {784}, {256}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{128}, {256}, {128}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{32}, {784}, {256}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{128}, {128}, {512}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{32}, {128}, {512}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{3584}, {28}, {512}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The MLP's parameters (784x256, 256, 256x128, 128, 128x10, 10: 235,146 floats) as variables,
 // one fed gradient g_i per parameter, and a loss whose gradient for p_i is exactly g_i:
@@ -173,7 +177,7 @@ void BM_AdamStep(benchmark::State& state) {
   const auto f = K::function(fg.grads, {}, adam.get_updates(fg.loss, fg.params), update_mode(mode));
   run_update_bench(state, f, fg, mode);
 }
-BENCHMARK(BM_AdamStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The baseline of BM_AdamStep: the same gradients, each simply assigned to its parameter.
 void BM_FedGradient(benchmark::State& state) {
@@ -185,7 +189,7 @@ void BM_FedGradient(benchmark::State& state) {
   const auto f = K::function(fg.grads, {}, ups, update_mode(mode));
   run_update_bench(state, f, fg, mode);
 }
-BENCHMARK(BM_FedGradient)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FedGradient)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

@@ -1,12 +1,16 @@
-// BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph>: one training step
+// BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph>/<threads, 0 = every
+// core>/<0 default GEMM (BLIS), 1 Eigen's>: one training step
 // (forward, backward, update) of an LSTM classifier, T = 28 steps of F = 28 features, hidden 128,
 // last output -> dense 10 -> softmax -> sparse categorical crossentropy, plain SGD (lr 0.01,
-// K::update_sub) as BM_TorchLstmStep does. The cell is the K:: step function of
-// examples/common/rnn_model.cpp: gates = x W (F x 4H) + h U (H x 4H) + b, cut with K::slice.
+// K::update_sub) as BM_TorchLstmStep does. FLOPS: the step's GEMM FLOPs (forward x W and h U,
+// their weight gradients and the gradient for h: about 1.6 GFLOP at batch 128) / time. The cell is
+// the K:: step function of examples/common/rnn_model.cpp: gates = x W (F x 4H) + h U (H x 4H) + b,
+// cut with K::slice.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 
+#include "bench/bench_util.hpp"
 #include "ktape/ktape.hpp"
 
 namespace {
@@ -21,6 +25,8 @@ using V = std::vector<Tensor>;
 void BM_LstmStep(benchmark::State& state) {
   const std::int64_t B = state.range(0), T = 28, F = 28, H = 128;
   const bool unroll = state.range(1) != 0;
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const ktape::bench::GemmChoice gemm(state.range(3));
   K::clear_session();
   auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
     const double l = std::sqrt(6.0 / static_cast<double>(a + b));
@@ -60,13 +66,15 @@ void BM_LstmStep(benchmark::State& state) {
   for (auto _ : state) fn.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * B);
   state.counters["steps"] = static_cast<double>(fn.num_steps());
-  state.SetLabel(unroll ? "unrolled" : "symbolic loop");
+  const double per_step = 2.0 * static_cast<double>(B * 4 * H) *
+                          (2.0 * static_cast<double>(F + H) + static_cast<double>(H));
+  ktape::bench::set_flops(state, per_step * static_cast<double>(T));
+  state.SetLabel(std::string(unroll ? "unrolled" : "symbolic loop") + ", " + gemm.name() + ", " +
+                 ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_LstmStep)
-    ->Args({32, 0})
-    ->Args({32, 1})
-    ->Args({128, 0})
-    ->Args({128, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

@@ -63,11 +63,9 @@ void BM_TorchMlpStep(benchmark::State& state) {
   time_sgd_steps(state, std::make_shared<TorchMlp>(), torch::full({state.range(0), 784}, 0.5f));
 }
 BENCHMARK(BM_TorchMlpStep)
-    ->Args({32, 0})
-    ->Args({128, 0})
-    ->Args({32, 1})
-    ->Args({128, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 struct TorchLstm : torch::nn::Module {
   torch::nn::LSTM lstm{nullptr};
@@ -88,11 +86,9 @@ void BM_TorchLstmStep(benchmark::State& state) {
   time_sgd_steps(state, std::make_shared<TorchLstm>(), torch::rand({state.range(0), 28, 28}));
 }
 BENCHMARK(BM_TorchLstmStep)
-    ->Args({32, 0})
-    ->Args({128, 0})
-    ->Args({32, 1})
-    ->Args({128, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 struct TorchCnn : torch::nn::Module {
   torch::nn::Conv2d c1{nullptr}, c2{nullptr};
@@ -116,10 +112,8 @@ void BM_TorchCnnStep(benchmark::State& state) {
                  torch::full({state.range(0), 1, 28, 28}, 0.5f));
 }
 BENCHMARK(BM_TorchCnnStep)
-    ->Args({32, 0})
-    ->Args({128, 0})
-    ->Args({32, 1})
-    ->Args({128, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->ArgsProduct({{32, 128}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace

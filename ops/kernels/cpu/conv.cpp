@@ -1,5 +1,5 @@
 // cpu convolutions (float32, float64): tiles of pixels gathered into a matrix (im2col) and one
-// Eigen GEMM per tile, in oneTBB tasks with their scratch from the Function's arena
+// GEMM per tile (gemm.hpp), in oneTBB tasks with their scratch from the Function's arena
 // (ops/kernels/conv_plan.hpp). Both data formats natively: channels_last tiles are rows of the
 // output, channels_first tiles are column blocks of each image's (channels x pixels) matrix.
 //   forward:         Y[tile]  = gather(x)[tile]  . W            W  = kernel as (cells*in, out)
@@ -25,13 +25,6 @@
 namespace ktape::kernels {
 
 namespace {
-
-template <class T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <class T>
-using MapC = Eigen::Map<const RowMat<T>, 0, Eigen::OuterStride<>>;
-template <class T>
-using MapM = Eigen::Map<RowMat<T>, 0, Eigen::OuterStride<>>;
 
 // Where (n, pixel p, channel c) sits in an array of `pixels` pixels and `ch` channels.
 struct Layout {
@@ -174,8 +167,6 @@ template <class T>
 void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m,
                   std::int64_t out_cols, T* out, const Layout& ol, std::int64_t n,
                   std::int64_t p0) {
-  const MapC<T> C(col, rows, cols, Eigen::OuterStride<>(cols));
-  const MapC<T> M(m, cols, out_cols, Eigen::OuterStride<>(out_cols));
   T* base = out + ol.image(n);
   if (cols == 0) {  // no input channels: the sums are empty
     for (std::int64_t r = 0; r < rows; ++r)
@@ -203,12 +194,11 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
         y[o] = v;
       }
     }
-  } else if (!ol.cf) {
-    MapM<T> Y(base + p0 * out_cols, rows, out_cols, Eigen::OuterStride<>(out_cols));
-    gemm_panels(Y, C, M, false);
   } else {
-    MapM<T> Yt(base + p0, out_cols, rows, Eigen::OuterStride<>(ol.pixels));
-    gemm_panels(Yt, M.transpose(), C.transpose(), false);
+    // channels_first: the tile's output is column-stored (a channel's pixels are contiguous).
+    const MatRef<T> y =
+        ol.cf ? MatRef<T>{base + p0, 1, ol.pixels} : row_major(base + p0 * out_cols, out_cols);
+    gemm<T>(rows, out_cols, cols, row_major(col, cols), row_major(m, out_cols), y, false);
   }
 }
 
@@ -390,23 +380,19 @@ void conv_backprop_filter_kernel(const KernelCall& c) {
   };
   parallel_slots(p.slots, [&](std::int64_t slot) {
     T* col = reinterpret_cast<T*>(scratch + static_cast<std::size_t>(slot) * p.slot_bytes);
-    MapM<T> acc(partial(slot), p.cols, p.out_cols, Eigen::OuterStride<>(p.out_cols));
-    acc.setZero();
+    T* acc = partial(slot);
+    std::fill(acc, acc + p.cols * p.out_cols, T(0));
     const std::int64_t t1 = std::min(p.tiles, (slot + 1) * p.tiles_per_slot);
     for (std::int64_t t = slot * p.tiles_per_slot; t < t1; ++t) {
       const std::int64_t n = t / p.tiles_per_image;
       const std::int64_t p0 = (t % p.tiles_per_image) * p.rows;
       const std::int64_t rows = std::min(p.rows, g.out_pixels - p0);
       gather(g, false, x, xl, n, p0, rows, col);
-      const MapC<T> C(col, rows, p.cols, Eigen::OuterStride<>(p.cols));
       const T* dimg = dy + yl.image(n);
-      if (!g.cf) {
-        const MapC<T> D(dimg + p0 * g.cy, rows, g.cy, Eigen::OuterStride<>(g.cy));
-        gemm_panels(acc, C.transpose(), D, true);
-      } else {
-        const MapC<T> Dt(dimg + p0, g.cy, rows, Eigen::OuterStride<>(g.out_pixels));
-        gemm_panels(acc, C.transpose(), Dt.transpose(), true);
-      }
+      const MatRef<const T> d =
+          g.cf ? MatRef<const T>{dimg + p0, 1, g.out_pixels} : row_major(dimg + p0 * g.cy, g.cy);
+      gemm<T>(p.cols, p.out_cols, rows, row_major<const T>(col, p.cols).t(), d,
+              row_major(acc, p.out_cols), true);
     }
   });
   // The slots' partial sums, added in slot order.

@@ -1,41 +1,52 @@
-// Eigen GEMMs cut into panels so that Eigen's packing buffers (a panel x kc block of each
-// operand, kc <= ~320) stay below EIGEN_STACK_ALLOCATION_LIMIT: on the stack, never a heap
-// allocation per call, whatever the layer's width. Each output element is still one sum over the
-// whole depth. For the cpu kernel files (they include Eigen). Not a public header.
+// The cpu backend's GEMM: C = A B (or C += A B) on strided matrices, for float and double.
+// The serial kernel is BLIS's (Debian's libblis-serial, built with KTAPE_BLIS) or Eigen's;
+// oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm() cuts C into
+// 2-D tiles whose sizes depend only on the shape (never on the thread count: a tile's sums depend
+// on its extent in both libraries, and the same inputs give the same bits at any thread count).
+// Every matrix is (pointer, row stride, column stride); one of the two strides must be 1, so a
+// transpose is a swap of strides. Internal to the cpu kernels.
 #pragma once
 
-#include <Eigen/Core>
-
-#include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 namespace ktape::kernels {
 
-// Rows and columns of the output per GEMM call for a product of depth k: a panel x min(k, 320)
-// block of T is at most 256 KiB (a multiple of 8, at least 8).
 template <class T>
-inline std::int64_t gemm_panel(std::int64_t depth) {
-  const std::int64_t kc = std::clamp<std::int64_t>(depth, 1, 320);
-  const auto p = static_cast<std::int64_t>(256 * 1024 / sizeof(T)) / kc;
-  return std::max<std::int64_t>(8, p / 8 * 8);
+struct MatRef {
+  T* p;
+  std::int64_t rs, cs;
+  MatRef<T> t() const { return {p, cs, rs}; }  // the transpose
+};
+
+// Row-major (rows x cols) storage with row stride ld (>= cols).
+template <class T>
+MatRef<T> row_major(T* p, std::int64_t ld) {
+  return {p, ld, 1};
 }
 
-// dst = a * b, or dst += a * b, panel by panel. dst, a and b are Eigen matrix expressions
-// (maps, blocks, transposes).
-template <class Dst, class A, class B>
-void gemm_panels(Dst&& dst, const A& a, const B& b, bool accumulate) {
-  using T = typename std::decay_t<Dst>::Scalar;
-  const std::int64_t m = dst.rows(), n = dst.cols(), p = gemm_panel<T>(a.cols());
-  for (std::int64_t i0 = 0; i0 < m; i0 += p)
-    for (std::int64_t j0 = 0; j0 < n; j0 += p) {
-      const std::int64_t mi = std::min(p, m - i0), nj = std::min(p, n - j0);
-      auto d = dst.block(i0, j0, mi, nj);
-      if (accumulate)
-        d.noalias() += a.middleRows(i0, mi) * b.middleCols(j0, nj);
-      else
-        d.noalias() = a.middleRows(i0, mi) * b.middleCols(j0, nj);
-    }
-}
+// c (m x n) = a (m x k) * b (k x n), or c += a * b when accumulate. k == 0 zeroes c (or keeps
+// it). On the calling thread; allocates nothing after its first call on a thread.
+template <class T>
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
+          MatRef<T> c, bool accumulate);
+
+// The same product, over oneTBB tasks (see gemm_tiles).
+template <class T>
+void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
+                   MatRef<const T> b, MatRef<T> c, bool accumulate);
+
+// The tiles of parallel_gemm: at least 64 x 64 (or the whole dimension), at least ~1 MFLOP,
+// and as many as it takes to reach 64 tiles, so that 16 to 64 cores have work.
+struct GemmTiles {
+  std::int64_t rows, cols;
+};
+GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
+
+// The serial kernel: BLIS when the build has it (KTAPE_BLIS), else Eigen's. Benchmarks and tests
+// switch between the two; a switch while kernels run is not supported. false = not built in.
+enum class GemmLibrary { blis, eigen };
+GemmLibrary gemm_library();
+bool set_gemm_library(GemmLibrary lib);
+const char* gemm_library_name(GemmLibrary lib);
 
 }  // namespace ktape::kernels

@@ -1,0 +1,52 @@
+// Shared pieces of the ktape benchmarks: a thread limit for one benchmark, and FLOP/s counters.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <tbb/global_control.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ops/kernels/cpu/gemm.hpp"
+
+namespace ktape::bench {
+
+// Limits oneTBB (so ktape's kernels) to `threads` while the result lives; 0 leaves every core.
+inline std::unique_ptr<tbb::global_control> limit_threads(std::int64_t threads) {
+  if (threads <= 0) return nullptr;
+  return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                               static_cast<std::size_t>(threads));
+}
+
+inline std::string threads_label(std::int64_t threads) {
+  return threads > 0 ? std::to_string(threads) + (threads == 1 ? " thread" : " threads")
+                     : "every core";
+}
+
+// Selects the cpu GEMM's serial kernel while the result lives: 0 the build's default (BLIS when
+// built with it), 1 Eigen's. Labels the benchmark with it.
+class GemmChoice {
+ public:
+  explicit GemmChoice(std::int64_t choice) : saved_(kernels::gemm_library()) {
+    if (choice == 1) kernels::set_gemm_library(kernels::GemmLibrary::eigen);
+    name_ = kernels::gemm_library_name(kernels::gemm_library());
+  }
+  ~GemmChoice() { kernels::set_gemm_library(saved_); }
+  GemmChoice(const GemmChoice&) = delete;
+  GemmChoice& operator=(const GemmChoice&) = delete;
+  const std::string& name() const { return name_; }
+
+ private:
+  kernels::GemmLibrary saved_;
+  std::string name_;
+};
+
+// The counter "FLOPS": `flops_per_iteration` x iterations / time (model FLOPs, not executed).
+inline void set_flops(benchmark::State& state, double flops_per_iteration) {
+  state.counters["FLOPS"] = benchmark::Counter(
+      flops_per_iteration * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+}  // namespace ktape::bench

@@ -1,0 +1,193 @@
+// The cpu GEMM layer (ops/kernels/cpu/gemm.hpp), both serial kernels (BLIS when built with it,
+// Eigen's): every storage order of A, B and C, accumulation, empty depth, tile edges; against a
+// plain triple loop in long double (the oracle); the same bits at 1, 2 and 16 threads; the tile
+// policy's promises.
+#include <gtest/gtest.h>
+
+#include <tbb/global_control.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/kernels/cpu/gemm.hpp"
+
+namespace {
+
+using ktape::kernels::GemmLibrary;
+using ktape::kernels::MatRef;
+
+std::vector<GemmLibrary> libraries() {
+  std::vector<GemmLibrary> libs{GemmLibrary::eigen};
+  const GemmLibrary saved = ktape::kernels::gemm_library();
+  if (ktape::kernels::set_gemm_library(GemmLibrary::blis)) libs.push_back(GemmLibrary::blis);
+  ktape::kernels::set_gemm_library(saved);
+  return libs;
+}
+
+// Restores the build's default kernel when a test ends.
+struct UseLibrary {
+  GemmLibrary saved = ktape::kernels::gemm_library();
+  explicit UseLibrary(GemmLibrary lib) { EXPECT_TRUE(ktape::kernels::set_gemm_library(lib)); }
+  ~UseLibrary() { ktape::kernels::set_gemm_library(saved); }
+};
+
+// A (rows x cols) matrix stored row- or column-major in a buffer with a padded leading
+// dimension (ld = extent + 3), so that strides are not the dense ones.
+template <class T>
+struct Stored {
+  std::int64_t rows, cols;
+  bool col_major;
+  std::vector<T> buf;
+  std::int64_t ld() const { return (col_major ? rows : cols) + 3; }
+  Stored(std::int64_t r, std::int64_t c, bool cm, std::mt19937& rng)
+      : rows(r), cols(c), col_major(cm) {
+    buf.resize(static_cast<std::size_t>((col_major ? c : r) * ld() + 1));
+    std::uniform_real_distribution<double> u(-1, 1);
+    for (auto& v : buf) v = static_cast<T>(u(rng));
+  }
+  T& at(std::int64_t i, std::int64_t j) {
+    return buf[static_cast<std::size_t>(col_major ? j * ld() + i : i * ld() + j)];
+  }
+  MatRef<T> ref() {
+    return col_major ? MatRef<T>{buf.data(), 1, ld()} : MatRef<T>{buf.data(), ld(), 1};
+  }
+  MatRef<const T> cref() {
+    const MatRef<T> r = ref();
+    return {r.p, r.rs, r.cs};
+  }
+};
+
+template <class T>
+void check_product(GemmLibrary lib, std::int64_t m, std::int64_t n, std::int64_t k, bool acm,
+                   bool bcm, bool ccm, bool accumulate, bool parallel) {
+  const UseLibrary use(lib);
+  std::mt19937 rng(static_cast<unsigned>(m * 131 + n * 17 + k));
+  Stored<T> a(m, k, acm, rng), b(k, n, bcm, rng), c(m, n, ccm, rng);
+  const std::vector<T> before = c.buf;
+  std::vector<long double> want(static_cast<std::size_t>(m * n));
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      long double s = accumulate ? c.at(i, j) : 0.0L;
+      for (std::int64_t p = 0; p < k; ++p)
+        s += static_cast<long double>(a.at(i, p)) * static_cast<long double>(b.at(p, j));
+      want[static_cast<std::size_t>(i * n + j)] = s;
+    }
+  if (parallel)
+    ktape::kernels::parallel_gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
+  else
+    ktape::kernels::gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
+  const double tol = (std::is_same_v<T, float> ? 2e-6 : 1e-14) * static_cast<double>(k + 1);
+  const std::string what = std::string(ktape::kernels::gemm_library_name(lib)) + " " +
+                           std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
+                           (acm ? " A col" : " A row") + (bcm ? " B col" : " B row") +
+                           (ccm ? " C col" : " C row") + (accumulate ? " +=" : " =");
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j)
+      ASSERT_NEAR(static_cast<double>(c.at(i, j)),
+                  static_cast<double>(want[static_cast<std::size_t>(i * n + j)]), tol)
+          << what << " at (" << i << ", " << j << ")";
+  // Nothing outside C's elements is written (the padding of each leading dimension).
+  std::vector<bool> inside(c.buf.size(), false);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j)
+      inside[static_cast<std::size_t>(&c.at(i, j) - c.buf.data())] = true;
+  for (std::size_t q = 0; q < c.buf.size(); ++q)
+    if (!inside[q]) {
+      ASSERT_EQ(c.buf[q], before[q]) << what << ": wrote outside C at " << q;
+    }
+}
+
+TEST(Gemm, EveryStorageOrderAgainstATripleLoop) {
+  for (GemmLibrary lib : libraries())
+    for (int layout = 0; layout < 8; ++layout)
+      for (bool acc : {false, true}) {
+        const bool acm = layout & 1, bcm = layout & 2, ccm = layout & 4;
+        check_product<float>(lib, 37, 29, 41, acm, bcm, ccm, acc, false);
+        check_product<double>(lib, 37, 29, 41, acm, bcm, ccm, acc, false);
+        check_product<double>(lib, 1, 5, 3, acm, bcm, ccm, acc, false);
+        check_product<float>(lib, 6, 1, 700, acm, bcm, ccm, acc, false);
+      }
+}
+
+TEST(Gemm, ParallelTilesMatchTheOracleAtTheirEdges) {
+  // Shapes whose tiles end inside a tile (not multiples of 64) in both dimensions, and ones
+  // with a single tile.
+  for (GemmLibrary lib : libraries())
+    for (bool acc : {false, true}) {
+      check_product<float>(lib, 200, 333, 130, false, false, false, acc, true);
+      check_product<float>(lib, 130, 200, 257, true, false, false, acc, true);
+      check_product<double>(lib, 129, 300, 97, false, true, true, acc, true);
+      check_product<float>(lib, 3, 4, 5, false, false, false, acc, true);
+    }
+}
+
+TEST(Gemm, EmptyDepthZeroesOrKeeps) {
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    std::vector<float> c(6, 7.0f);
+    const float dummy = 1.0f;
+    ktape::kernels::parallel_gemm<float>(2, 3, 0, {&dummy, 1, 1}, {&dummy, 1, 1}, {c.data(), 3, 1},
+                                         true);
+    for (float v : c) EXPECT_EQ(v, 7.0f);
+    ktape::kernels::parallel_gemm<float>(2, 3, 0, {&dummy, 1, 1}, {&dummy, 1, 1}, {c.data(), 3, 1},
+                                         false);
+    for (float v : c) EXPECT_EQ(v, 0.0f);
+  }
+}
+
+TEST(Gemm, SameBitsAtAnyThreadCount) {
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const std::int64_t m = 300, k = 500, n = 700;
+    std::vector<float> a(m * k), b(k * n);
+    for (auto& v : a) v = u(rng);
+    for (auto& v : b) v = u(rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 16}) {
+      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                      static_cast<std::size_t>(threads));
+      std::vector<float> c(m * n);
+      ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1},
+                                           {c.data(), n, 1}, false);
+      results.push_back(c);
+    }
+    EXPECT_EQ(results[0], results[1]) << ktape::kernels::gemm_library_name(lib);
+    EXPECT_EQ(results[0], results[2]) << ktape::kernels::gemm_library_name(lib);
+  }
+}
+
+TEST(Gemm, TilesFeedManyCoresWithoutGettingSmall) {
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  for (const Case& s :
+       {Case{128, 256, 784}, Case{128, 512, 128}, Case{32, 512, 128}, Case{3584, 512, 28},
+        Case{1, 1, 1}, Case{5000, 5000, 5000}, Case{64, 64, 64}, Case{100, 3, 100000}}) {
+    const auto t = ktape::kernels::gemm_tiles(s.m, s.n, s.k);
+    const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
+    const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
+                             std::to_string(s.n) + ": tiles " + std::to_string(t.rows) + "x" +
+                             std::to_string(t.cols);
+    EXPECT_TRUE(t.rows >= 64 || t.rows == s.m) << what;
+    EXPECT_TRUE(t.cols >= 64 || t.cols == s.n) << what;
+    EXPECT_LE(t.rows, s.m) << what;
+    EXPECT_LE(t.cols, s.n) << what;
+    if (tiles > 1) {
+      EXPECT_GE(2.0 * t.rows * t.cols * s.k, double(1 << 20)) << what;
+    }
+    // Splitting stops at 64 tiles (one more halving may reach up to 4x that).
+    EXPECT_LE(tiles, 256) << what;
+    if (s.m == 5000) {
+      EXPECT_GE(tiles, 64) << what;
+    }
+    if (s.m == 128 && s.n == 512) {
+      EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
+    }
+  }
+}
+
+}  // namespace
