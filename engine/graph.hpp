@@ -113,6 +113,9 @@ struct OpDef {
   // stack_map allows, and stores its per-step values for the reverse pass when it reads the
   // loop's state.
   bool costly = false;
+  // A transcendental whose gradient reads its output (sigmoid, tanh, exp): a loop stores its
+  // per-step values for the reverse pass, which then recomputes neither it nor what feeds it.
+  bool store_in_loops = false;
   // The inputs that may be per-step tensors stacked on a new leading axis such that the op on
   // the stacks is the stack of its per-step results (the other inputs loop-invariant).
   InputMaskFn stack_map = nullptr;

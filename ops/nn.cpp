@@ -200,8 +200,13 @@ void register_nn_ops() {
   using namespace ktape::backend;
   define_op(Op::Relu, {.shape = &same_as_input0, .grad = &relu_grad, .elementwise = true});
   define_op(Op::ReluGrad, {.shape = &broadcast_rule, .grad = &relu_grad_grad, .elementwise = true});
-  define_op(Op::Sigmoid, {.shape = &same_as_input0, .grad = &sigmoid_grad, .elementwise = true});
-  define_op(Op::Tanh, {.shape = &same_as_input0, .grad = &tanh_grad, .elementwise = true});
+  define_op(Op::Sigmoid, {.shape = &same_as_input0,
+                          .grad = &sigmoid_grad,
+                          .elementwise = true,
+                          .store_in_loops = true});
+  define_op(
+      Op::Tanh,
+      {.shape = &same_as_input0, .grad = &tanh_grad, .elementwise = true, .store_in_loops = true});
   define_op(Op::Softmax, {.shape = &same_as_input0, .grad = &softmax_grad});
   define_op(Op::LogSoftmax, {.shape = &same_as_input0, .grad = &log_softmax_grad});
   define_op(Op::SparseSoftmaxCE, {.shape = &sparse_ce_rule,

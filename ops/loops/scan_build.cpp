@@ -257,14 +257,18 @@ Sequences hoist(const ScanSpec& spec, const std::vector<Tensor>& results) {
 }
 
 // Values the reverse pass reads instead of recomputing them: each costly op of the loop's state
-// and statics (the recurrent projection h . U), and every random draw (the reverse pass must
-// see the very values the forward step drew). They become extra per-step outputs.
+// and statics (the recurrent projection h . U), each per-step value of an op whose gradient
+// reads its output (the gates' sigmoids and tanhs: the reverse pass then runs none of the
+// forward cell), and every random draw (the reverse pass must see the very values the forward
+// step drew). They become extra per-step outputs.
 void store_residuals(ScanBody& body, const std::vector<Tensor>& carry_params, std::size_t n_seq,
                      DType dt, const std::string& who) {
-  std::unordered_set<Node*> carries, statics;
+  std::unordered_set<Node*> carries, statics, varying;
   for (const auto& t : carry_params) carries.insert(t.node_ptr().get());
   for (std::size_t i = n_seq + carry_params.size(); i < body.params.size(); ++i)
     statics.insert(body.params[i].node_ptr().get());
+  for (std::size_t i = 0; i < n_seq + carry_params.size(); ++i)
+    varying.insert(body.params[i].node_ptr().get());
   std::vector<Node*> roots, found;
   for (const auto& r : body.results) roots.push_back(r.node_ptr().get());
   const auto order = reachable_in_tape_order(
@@ -273,12 +277,16 @@ void store_residuals(ScanBody& body, const std::vector<Tensor>& carry_params, st
   for (Node* m : order) {
     const OpDef& def = op_def(m->op);
     bool state_only = def.costly && !m->inputs.empty() && m->dtype == dt, reads_carry = false;
+    bool varies = false;
     for (const auto& in : m->inputs) {
       Node* i = in.node_ptr().get();
       reads_carry = reads_carry || carries.count(i) > 0;
       state_only = state_only && (carries.count(i) > 0 || statics.count(i) > 0);
+      varies = varies || varying.count(i) > 0;
     }
-    if (state_only && reads_carry) found.push_back(m);
+    if (varies) varying.insert(m);
+    if ((state_only && reads_carry) || (def.store_in_loops && varies && m->dtype == dt))
+      found.push_back(m);
     if (def.random) {
       if (m->dtype != dt)
         throw NotImplementedError(who + ": a random op of dtype " +
