@@ -4,8 +4,10 @@
 // - a run resumed from a checkpoint continues bit for bit like the uninterrupted run (weights,
 //   optimizer slots, shuffle order and dropout masks all restored), for several optimizers;
 // - foreign, damaged or mismatched checkpoint files are refused with a clear ktape::Error and
-//   leave the model unchanged.
+//   leave the model unchanged;
+// - an epoch on the whole dataset peaks under 150 MB of resident memory (the images stay uint8).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +97,27 @@ TEST(EndToEnd, SgdLearnsFashionMnist) {
   EXPECT_LT(e2.loss, e1.loss);
   EXPECT_LT(after.loss, before.loss);
   EXPECT_GT(after.acc, 0.70) << "test accuracy after 2 epochs on 2,000 samples";
+}
+
+// ctest runs each test in a process of its own, so the peak is this test's alone.
+TEST(EndToEnd, AFullEpochPeaksUnder150MB) {
+  REQUIRE_DATA();
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(KTAPE_TSAN)
+  GTEST_SKIP() << "a sanitizer's shadow memory is resident too";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "a sanitizer's shadow memory is resident too";
+#endif
+#endif
+  const Dataset train = ktape::data::load_fashion_mnist(data_dir(), "train");
+  const Dataset test = ktape::data::load_fashion_mnist(data_dir(), "t10k");
+  ASSERT_EQ(train.images.shape()[0], 60000);
+  Mlp mlp({.seed = 1});
+  mlp.train_epoch(train);
+  mlp.evaluate(test);
+  rusage u{};
+  ASSERT_EQ(getrusage(RUSAGE_SELF, &u), 0);
+  EXPECT_LE(u.ru_maxrss, 150 * 1024) << "peak resident set in KiB";  // Linux: KiB
 }
 
 TEST(EndToEnd, AdamLearnsFashionMnist) {

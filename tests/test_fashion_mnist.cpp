@@ -108,19 +108,22 @@ TEST_F(FashionMnistTest, ReadsGzipImages) {
                                                   {0, 51, 255, 102, 1, 2,  //
                                                    10, 20, 30, 40, 50, 60}));
   NDArray a = data::read_idx_images(path);
-  EXPECT_EQ(a.dtype(), DType::float32);
+  EXPECT_EQ(a.dtype(), DType::uint8);  // the file's bytes; batches convert
   EXPECT_EQ(a.shape(), (Shape{2, 6}));
-  const float* p = a.data<float>();
-  EXPECT_EQ(p[0], 0.0f);
-  EXPECT_EQ(p[1], 51.0f / 255.0f);
-  EXPECT_EQ(p[1], 0.2f);
-  EXPECT_EQ(p[2], 1.0f);
-  EXPECT_EQ(p[3], 102.0f / 255.0f);
-  EXPECT_EQ(p[11], 60.0f / 255.0f);
-  for (std::int64_t i = 0; i < a.size(); ++i) {
-    EXPECT_GE(p[i], 0.0f);
-    EXPECT_LE(p[i], 1.0f);
-  }
+  const std::uint8_t* p = a.data<std::uint8_t>();
+  const std::vector<std::uint8_t> want{0, 51, 255, 102, 1, 2, 10, 20, 30, 40, 50, 60};
+  EXPECT_EQ(std::vector<std::uint8_t>(p, p + 12), want);
+}
+
+TEST_F(FashionMnistTest, PixelsToFloatDividesBy255) {
+  const std::uint8_t px[] = {0, 51, 255, 102, 60};
+  float f[5];
+  data::pixels_to_float(px, 5, f);
+  EXPECT_EQ(f[0], 0.0f);
+  EXPECT_EQ(f[1], 0.2f);  // 51 / 255 rounds to the float nearest 0.2
+  EXPECT_EQ(f[2], 1.0f);
+  EXPECT_EQ(f[3], 0.4f);
+  EXPECT_EQ(f[4], 60.0f / 255.0f);
 }
 
 TEST_F(FashionMnistTest, ReadsGzipLabels) {
@@ -140,8 +143,8 @@ TEST_F(FashionMnistTest, ReadsUncompressedFiles) {
   const auto lbl = write_plain("lbl", label_file(2, {5, 6}));
   NDArray a = data::read_idx_images(img);
   EXPECT_EQ(a.shape(), (Shape{1, 2}));
-  EXPECT_EQ(a.data<float>()[0], 1.0f);
-  EXPECT_EQ(a.data<float>()[1], 0.2f);
+  EXPECT_EQ(a.data<std::uint8_t>()[0], 255);
+  EXPECT_EQ(a.data<std::uint8_t>()[1], 51);
   NDArray l = data::read_idx_labels(lbl);
   EXPECT_EQ(l.shape(), (Shape{2}));
   EXPECT_EQ(l.data<std::int32_t>()[1], 6);
@@ -152,7 +155,7 @@ TEST_F(FashionMnistTest, LimitTakesFirstRows) {
   const auto lbl = write_gz("lbl.gz", label_file(3, {7, 8, 9}));
   NDArray a = data::read_idx_images(img, 2);
   EXPECT_EQ(a.shape(), (Shape{2, 2}));
-  EXPECT_EQ(a.data<float>()[3], 4.0f / 255.0f);
+  EXPECT_EQ(a.data<std::uint8_t>()[3], 4);
   NDArray l = data::read_idx_labels(lbl, 1);
   EXPECT_EQ(l.shape(), (Shape{1}));
   EXPECT_EQ(l.data<std::int32_t>()[0], 7);
@@ -174,15 +177,15 @@ TEST_F(FashionMnistTest, LoadsSplit) {
   data::Dataset ds = data::load_fashion_mnist(dir_.string(), "train");
   EXPECT_EQ(ds.images.shape(), (Shape{3, 4}));
   EXPECT_EQ(ds.labels.shape(), (Shape{3}));
-  EXPECT_EQ(ds.images.data<float>()[2], 1.0f);
-  EXPECT_EQ(ds.images.data<float>()[1], 0.2f);
+  EXPECT_EQ(ds.images.data<std::uint8_t>()[2], 255);
+  EXPECT_EQ(ds.images.data<std::uint8_t>()[1], 51);
   EXPECT_EQ(ds.labels.data<std::int32_t>()[0], 9);
   EXPECT_EQ(ds.labels.data<std::int32_t>()[2], 3);
 
   data::Dataset two = data::load_fashion_mnist(dir_.string(), "train", 2);
   EXPECT_EQ(two.images.shape(), (Shape{2, 4}));
   EXPECT_EQ(two.labels.shape(), (Shape{2}));
-  EXPECT_EQ(two.images.data<float>()[4], 1.0f / 255.0f);
+  EXPECT_EQ(two.images.data<std::uint8_t>()[4], 1);
 }
 
 TEST_F(FashionMnistTest, LoadsUncompressedSplitWhenGzAbsent) {
@@ -311,14 +314,9 @@ TEST(FashionMnistInstalled, LoadsT10kFirst100) {
   data::Dataset ds = data::load_fashion_mnist(dir, "t10k", 100);
   ASSERT_EQ(ds.images.shape(), (Shape{100, 784}));
   ASSERT_EQ(ds.labels.shape(), (Shape{100}));
-  const float* p = ds.images.data<float>();
-  float max_pixel = 0.0f;
-  for (std::int64_t i = 0; i < ds.images.size(); ++i) {
-    ASSERT_GE(p[i], 0.0f);
-    ASSERT_LE(p[i], 1.0f);
-    max_pixel = std::max(max_pixel, p[i]);
-  }
-  EXPECT_GT(max_pixel, 0.5f);
+  ASSERT_EQ(ds.images.dtype(), DType::uint8);
+  const std::uint8_t* p = ds.images.data<std::uint8_t>();
+  EXPECT_GT(*std::max_element(p, p + ds.images.size()), 128);
   const std::int32_t* l = ds.labels.data<std::int32_t>();
   for (std::int64_t i = 0; i < ds.labels.size(); ++i) {
     ASSERT_GE(l[i], 0);

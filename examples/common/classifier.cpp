@@ -62,18 +62,18 @@ void gather_batch(const data::Dataset& d, const Shape& sample, const std::int64_
     ins[0] = NDArray(Shape(std::move(dims)), DType::float32);
     ins[1] = NDArray(Shape{n}, DType::int32);
   }
-  const float* src = d.images.data<float>();
+  const std::uint8_t* src = d.images.data<std::uint8_t>();
   const std::int32_t* lab = d.labels.data<std::int32_t>();
   float* dst = ins[0].data<float>();
   std::int32_t* t = ins[1].data<std::int32_t>();
   if (!order) {
-    std::memcpy(dst, src + begin * w, static_cast<std::size_t>(n * w) * sizeof(float));
+    data::pixels_to_float(src + begin * w, n * w, dst);
     std::memcpy(t, lab + begin, static_cast<std::size_t>(n) * sizeof(std::int32_t));
     return;
   }
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t r = order[begin + i];
-    std::memcpy(dst + i * w, src + r * w, static_cast<std::size_t>(w) * sizeof(float));
+    data::pixels_to_float(src + r * w, w, dst + i * w);
     t[i] = lab[r];
   }
 }

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -141,9 +142,8 @@ NDArray read_images(const std::string& path, std::int64_t limit, std::int64_t* t
   const auto bytes = f.read_payload(static_cast<std::size_t>(total_bytes),
                                     "pixel data for " + std::to_string(count) + " images of " +
                                         std::to_string(rows) + "x" + std::to_string(cols));
-  NDArray out(Shape{count, pixels}, DType::float32);
-  float* dst = out.data<float>();
-  for (std::size_t i = 0; i < bytes.size(); ++i) dst[i] = static_cast<float>(bytes[i]) / 255.0f;
+  NDArray out(Shape{count, pixels}, DType::uint8);
+  if (!bytes.empty()) std::memcpy(out.data<std::uint8_t>(), bytes.data(), bytes.size());
   return out;
 }
 
@@ -171,6 +171,10 @@ std::string resolve(const std::string& dir, const std::string& name) {
 }
 
 }  // namespace
+
+void pixels_to_float(const std::uint8_t* src, std::int64_t n, float* dst) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) / 255.0f;
+}
 
 NDArray read_idx_images(const std::string& path, std::int64_t limit) {
   return read_images(path, limit, nullptr);

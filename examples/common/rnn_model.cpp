@@ -59,13 +59,13 @@ void gather_batch(const data::Dataset& d, const std::vector<std::int64_t>& idx, 
     xb = NDArray(Shape{n, T, F}, DType::float32);
     tb = NDArray(Shape{n}, DType::int32);
   }
-  const float* src = d.images.data<float>();
+  const std::uint8_t* src = d.images.data<std::uint8_t>();
   const std::int32_t* lab = d.labels.data<std::int32_t>();
   float* dst = xb.data<float>();
   std::int32_t* t = tb.data<std::int32_t>();
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t r = idx[begin + static_cast<std::size_t>(i)];
-    std::memcpy(dst + i * w, src + r * w, static_cast<std::size_t>(w) * sizeof(float));
+    data::pixels_to_float(src + r * w, w, dst + i * w);
     t[i] = lab[r];
   }
 }
