@@ -113,7 +113,7 @@ struct OpDef {
   // stack_map allows, and stores its per-step values for the reverse pass when it reads the
   // loop's state.
   bool costly = false;
-  // A transcendental whose gradient reads its output (sigmoid, tanh, exp): a loop stores its
+  // A transcendental whose gradient reads its output (sigmoid, tanh): a loop stores its
   // per-step values for the reverse pass, which then recomputes neither it nor what feeds it.
   bool store_in_loops = false;
   // The inputs that may be per-step tensors stacked on a new leading axis such that the op on

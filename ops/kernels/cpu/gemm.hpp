@@ -25,7 +25,9 @@ MatRef<T> row_major(T* p, std::int64_t ld) {
 }
 
 // c (m x n) = a (m x k) * b (k x n), or c += a * b when accumulate. k == 0 zeroes c (or keeps
-// it). On the calling thread; allocates nothing after its first call on a thread.
+// it). On the calling thread. Steady state allocates nothing: Eigen packs on the stack, and
+// BLIS takes its packing buffers from a pool that only grows when more calls run at once than
+// ever before (after the first calls at a given thread count).
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
           MatRef<T> c, bool accumulate);
