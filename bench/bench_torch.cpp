@@ -12,6 +12,8 @@
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+
 #include <memory>
 #include <thread>
 
@@ -53,8 +55,13 @@ void time_sgd_steps(benchmark::State& state, std::shared_ptr<Model> model, const
 
 void set_threads(const benchmark::State& state) {
   const auto threads = state.range(1);
-  torch::set_num_threads(threads > 0 ? static_cast<int>(threads)
-                                     : static_cast<int>(std::thread::hardware_concurrency()));
+  const int n = threads > 0 ? static_cast<int>(threads)
+                            : static_cast<int>(std::thread::hardware_concurrency());
+  torch::set_num_threads(n);
+  // Debian's LibTorch calls the system BLAS (OpenBLAS), whose own thread pool set_num_threads
+  // does not bound: bound it too, or a "1 thread" step runs its GEMMs on every core.
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
   torch::manual_seed(1);
 }
 
