@@ -198,6 +198,16 @@ void pool_grad_kernel(const KernelCall& c) {
         std::memset(dx + n0 * image, 0, static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
         T best_v[kChannelBlock];
         std::int64_t best_p[kChannelBlock];
+        // One output element's gradient into its window: to the argmax (max) or shared (avg).
+        auto scatter = [&](std::int64_t n, std::int64_t op, std::int64_t ch, const Box& box) {
+          const T gv = dy[yl.at(n, op, ch)];
+          if constexpr (Max) {
+            dx[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)] += gv;
+          } else {
+            const T share = gv / static_cast<T>(box.count);
+            for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
+          }
+        };
         for (std::int64_t n = n0; !g.cf && n < n1; ++n)
           for (std::int64_t op = 0; op < g.out_pixels; ++op) {
             const Box box = window_box(g, op);
@@ -220,15 +230,7 @@ void pool_grad_kernel(const KernelCall& c) {
               }
               continue;
             }
-            for (std::int64_t ch = 0; ch < g.cx; ++ch) {
-              const T gv = dy[yl.at(n, op, ch)];
-              if constexpr (Max) {
-                dx[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)] += gv;
-              } else {
-                const T share = gv / static_cast<T>(box.count);
-                for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
-              }
-            }
+            for (std::int64_t ch = 0; ch < g.cx; ++ch) scatter(n, op, ch, box);
           }
         // channels_first: each (image, channel) plane's windows, in the same window order.
         for (std::int64_t n = n0; g.cf && g.r == 2 && n < n1; ++n)
@@ -254,16 +256,8 @@ void pool_grad_kernel(const KernelCall& c) {
           }
         for (std::int64_t n = n0; g.cf && g.r != 2 && n < n1; ++n)
           for (std::int64_t ch = 0; ch < g.cx; ++ch)
-            for (std::int64_t op = 0; op < g.out_pixels; ++op) {
-              const Box box = window_box(g, op);
-              const T gv = dy[yl.at(n, op, ch)];
-              if constexpr (Max) {
-                dx[xl.at(n, argmax_cell(x, xl, n, ch, box), ch)] += gv;
-              } else {
-                const T share = gv / static_cast<T>(box.count);
-                for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
-              }
-            }
+            for (std::int64_t op = 0; op < g.out_pixels; ++op)
+              scatter(n, op, ch, window_box(g, op));
       },
       1);
 }
