@@ -1,6 +1,7 @@
 #include "engine/function.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -29,6 +30,71 @@ std::string describe(const Node& n) {
 
 bool is_learning_phase(const Node& n) { return n.is_learning_phase; }
 
+// K::placeholder(..., {.sparse = true}): a SparseTensor node over three placeholders (indices,
+// values, and a zero-size array shaped (dense shape..., 0) that carries the dense shape).
+bool is_sparse_placeholder(const Node& n) {
+  if (n.op != Op::SparseTensor) return false;
+  for (const auto& t : n.inputs)
+    if (t.op() != Op::Placeholder) return false;
+  return true;
+}
+
+std::string shape_str(const std::vector<std::int64_t>& v) { return Shape(v).str(); }
+
+// The three arrays of a fed SparseValue (engine/function.hpp), checked against the placeholder
+// and padded with zero entries at position 0 to a power-of-two count.
+void flatten_sparse(std::size_t i, const Node& sp, const SparseValue& v,
+                    std::vector<NDArray>& out) {
+  auto fail = [&](const std::string& what) {
+    throw ValueError("K::function: input " + std::to_string(i) + " for sparse placeholder " +
+                     describe(sp) + ": " + what);
+  };
+  const int rank = sp.shape.ndim();
+  const Shape& ds = v.dense_shape;
+  bool ok = ds.ndim() == rank;
+  for (int d = 0; ok && d < rank; ++d) ok = ds[d] >= 0 && (sp.shape[d] < 0 || sp.shape[d] == ds[d]);
+  if (!ok) fail("dense_shape " + ds.str() + " does not fit");
+  if (!v.indices.defined() || !v.values.defined()) fail("indices or values is an empty NDArray");
+  if (v.indices.dtype() != DType::int64 && v.indices.dtype() != DType::int32)
+    fail("indices must be int64 or int32, got " + std::string(dtype_name(v.indices.dtype())));
+  const std::int64_t nnz = v.indices.ndim() == 2 ? v.indices.shape()[0] : -1;
+  if (nnz < 0 || v.indices.shape()[1] != rank)
+    fail("indices of shape " + v.indices.shape().str() + " for a rank-" + std::to_string(rank) +
+         " tensor; they must be (nnz, " + std::to_string(rank) + ")");
+  if (v.values.ndim() != 1 || v.values.shape()[0] != nnz)
+    fail("values of shape " + v.values.shape().str() + " for indices of shape " +
+         v.indices.shape().str() + "; they must be (" + std::to_string(nnz) + ",)");
+  if (v.values.dtype() != sp.dtype)
+    fail("values of dtype " + std::string(dtype_name(v.values.dtype())) + " for a placeholder of " +
+         std::string(dtype_name(sp.dtype)));
+  const std::int64_t cap =
+      nnz == 0 ? 0 : static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(nnz)));
+  NDArray idx(Shape{cap, rank}, DType::int64);
+  std::int64_t* pi = idx.data<std::int64_t>();
+  for (std::int64_t k = 0; k < nnz; ++k) {
+    for (int d = 0; d < rank; ++d) {
+      const std::int64_t at = k * rank + d;
+      const std::int64_t x = v.indices.dtype() == DType::int64 ? v.indices.data<std::int64_t>()[at]
+                                                               : v.indices.data<std::int32_t>()[at];
+      if (x < 0 || x >= ds[d]) {
+        std::vector<std::int64_t> row;
+        for (int e = 0; e < rank; ++e)
+          row.push_back(static_cast<std::int64_t>(v.indices.item(k * rank + e)));
+        fail("indices[" + std::to_string(k) + "] = " + shape_str(row) +
+             " is out of range for dense_shape " + ds.str());
+      }
+      pi[at] = x;
+    }
+  }
+  NDArray vals(Shape{cap}, sp.dtype);
+  if (nnz > 0) std::memcpy(vals.raw_data(), v.values.raw_data(), v.values.nbytes());
+  std::vector<std::int64_t> carrier(ds.begin(), ds.end());
+  carrier.push_back(0);
+  out.push_back(std::move(idx));
+  out.push_back(std::move(vals));
+  out.push_back(NDArray(Shape(carrier), sp.dtype));
+}
+
 void collect_assigns(Node* n, std::vector<Node*>& out) {
   if (n->op == Op::Assign) {
     out.push_back(n);
@@ -42,7 +108,10 @@ void collect_assigns(Node* n, std::vector<Node*>& out) {
 Plan::~Plan() = default;
 
 struct FunctionImpl {
-  std::vector<Tensor> inputs, outputs, updates;
+  // `inputs` are the placeholders fed (a sparse placeholder's three); `given` the inputs as the
+  // caller listed them, and `sparse` whether each is a sparse placeholder.
+  std::vector<Tensor> inputs, outputs, updates, given;
+  std::vector<bool> sparse;
   std::vector<Node*> assigns;
   const Backend* backend = nullptr;
   bool fuse = true;
@@ -52,6 +121,8 @@ struct FunctionImpl {
   mutable Plan* last = nullptr;
 
   void validate_feed(const std::vector<NDArray>& fed) const;
+  std::vector<NDArray> flatten(const std::vector<Feed>& feeds) const;
+  void run_flat(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const;
   // A plan for the fed shapes that no other call is running (compiled if there is none); it is
   // the caller's until release().
   Plan* acquire(const std::vector<NDArray>& fed) const;
@@ -65,10 +136,17 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
                    std::vector<Tensor> updates, FunctionOptions options) {
   ensure_ops_registered();
   auto impl = std::make_shared<FunctionImpl>();
+  std::vector<Tensor> flat;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       throw ValueError("K::function: inputs[" + std::to_string(i) + "] is a null tensor");
-    if (inputs[i].op() != Op::Placeholder && !options.feed_intermediates)
+    const bool sparse = is_sparse_placeholder(inputs[i].node());
+    impl->sparse.push_back(sparse);
+    if (sparse)
+      flat.insert(flat.end(), inputs[i].node().inputs.begin(), inputs[i].node().inputs.end());
+    else
+      flat.push_back(inputs[i]);
+    if (!sparse && inputs[i].op() != Op::Placeholder && !options.feed_intermediates)
       throw ValueError("K::function: inputs[" + std::to_string(i) + "] " +
                        describe(inputs[i].node()) +
                        " is not a placeholder; only placeholders can be fed");
@@ -107,7 +185,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   for (const auto& t : updates) roots.push_back(t.node_ptr().get());
   // The compiler's walk: it stops at eagerly evaluated nodes and at fed inputs.
   std::unordered_set<Node*> fed;
-  for (const auto& t : inputs) fed.insert(t.node_ptr().get());
+  for (const auto& t : flat) fed.insert(t.node_ptr().get());
   const auto walk = reachable_in_tape_order(
       roots, [&](Node* n) { return !n->eager_value.defined() && !fed.count(n); },
       [](Node*) { return false; }, /*control=*/true);
@@ -128,7 +206,8 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
       }
     }
   }
-  impl->inputs = std::move(inputs);
+  impl->inputs = std::move(flat);
+  impl->given = std::move(inputs);
   impl->outputs = std::move(outputs);
   impl->updates = std::move(updates);
   impl->fuse = options.fuse;
@@ -137,7 +216,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   impl_ = std::move(impl);
 }
 
-const std::vector<Tensor>& Function::inputs() const { return impl_->inputs; }
+const std::vector<Tensor>& Function::inputs() const { return impl_->given; }
 const std::vector<Tensor>& Function::outputs() const { return impl_->outputs; }
 std::size_t Function::num_plans() const {
   if (!impl_) return 0;
@@ -196,6 +275,28 @@ void FunctionImpl::validate_feed(const std::vector<NDArray>& fed) const {
     for (int d = 0; ok && d < a.ndim(); ++d) ok = ph.shape[d] < 0 || ph.shape[d] == a.shape()[d];
     if (!ok) fail("was fed an array of shape " + a.shape().str());
   }
+}
+
+std::vector<NDArray> FunctionImpl::flatten(const std::vector<Feed>& feeds) const {
+  if (feeds.size() != given.size())
+    throw ValueError("K::function: expected " + std::to_string(given.size()) +
+                     " input value(s), got " + std::to_string(feeds.size()));
+  std::vector<NDArray> out;
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    const Node& ph = given[i].node();
+    if (sparse[i] && !feeds[i].is_sparse())
+      throw ValueError("K::function: input " + std::to_string(i) + " for sparse placeholder " +
+                       describe(ph) + " was fed a dense array; feed a K::SparseValue");
+    if (!sparse[i] && feeds[i].is_sparse())
+      throw ValueError("K::function: input " + std::to_string(i) + " for placeholder " +
+                       describe(ph) +
+                       " was fed a K::SparseValue; only a sparse placeholder takes one");
+    if (sparse[i])
+      flatten_sparse(i, ph, feeds[i].sparse(), out);
+    else
+      out.push_back(feeds[i].array());
+  }
+  return out;
 }
 
 Plan* FunctionImpl::acquire(const std::vector<NDArray>& fed) const {
@@ -302,9 +403,22 @@ void FunctionImpl::execute_ptrs(Plan& p) const {
   }
 }
 
+void Function::run_feeds(const std::vector<Feed>& inputs, std::vector<NDArray>& outputs) const {
+  if (!impl_) throw ValueError("K::function: calling an empty Function");
+  impl_->run_flat(impl_->flatten(inputs), outputs);
+}
+
 void Function::run(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const {
   if (!impl_) throw ValueError("K::function: calling an empty Function");
   const FunctionImpl& f = *impl_;
+  if (f.inputs.size() != f.given.size())  // sparse placeholders: checked and expanded
+    return f.run_flat(f.flatten({inputs.begin(), inputs.end()}), outputs);
+  f.run_flat(inputs, outputs);
+}
+
+void FunctionImpl::run_flat(const std::vector<NDArray>& inputs,
+                            std::vector<NDArray>& outputs) const {
+  const FunctionImpl& f = *this;
   f.validate_feed(inputs);
   const PlanLease lease(f, inputs);
   Plan& p = lease.plan();

@@ -15,6 +15,8 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "engine/eval.hpp"
@@ -32,6 +34,28 @@ struct FunctionOptions {
   bool feed_intermediates = false;
 };
 
+/// The value of a sparse tensor in COO form, as TF's SparseTensorValue: entry k is values[k]
+/// at position indices[k, :]; positions not listed are 0, and a position listed twice holds the
+/// sum of its values (as scipy's COO matrices).
+struct SparseValue {
+  NDArray indices;    ///< (nnz, rank), int64 or int32
+  NDArray values;     ///< (nnz,), of the sparse placeholder's dtype
+  Shape dense_shape;  ///< concrete
+};
+
+/// One value fed to a Function: an array, or a SparseValue for a sparse placeholder.
+class Feed {
+ public:
+  Feed(NDArray array) : v_(std::move(array)) {}        // NOLINT(google-explicit-constructor)
+  Feed(SparseValue sparse) : v_(std::move(sparse)) {}  // NOLINT(google-explicit-constructor)
+  bool is_sparse() const { return std::holds_alternative<SparseValue>(v_); }
+  const NDArray& array() const { return std::get<NDArray>(v_); }
+  const SparseValue& sparse() const { return std::get<SparseValue>(v_); }
+
+ private:
+  std::variant<NDArray, SparseValue> v_;
+};
+
 class Function {
  public:
   Function() = default;
@@ -42,8 +66,23 @@ class Function {
   std::vector<NDArray> operator()(const std::vector<NDArray>& inputs) const;
   /// Writes the outputs into `outputs`, reusing arrays whose shape and dtype already match.
   void run(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const;
+  /// The same with feeds that may be sparse: a sparse placeholder takes a SparseValue (checked:
+  /// indices of the right rank and in range, else ValueError). Its entries are copied and padded
+  /// with zero entries to a power-of-two count, so a Function compiles one plan per power of
+  /// two, not one per entry count. A sparse output is returned dense, as K::eval does. (These
+  /// are templates only so that a braced list of NDArrays still picks the overloads above.)
+  template <class F = Feed, class = std::enable_if_t<std::is_same_v<F, Feed>>>
+  std::vector<NDArray> operator()(const std::vector<F>& inputs) const {
+    std::vector<NDArray> out;
+    run_feeds(inputs, out);
+    return out;
+  }
+  template <class F = Feed, class = std::enable_if_t<std::is_same_v<F, Feed>>>
+  void run(const std::vector<F>& inputs, std::vector<NDArray>& outputs) const {
+    run_feeds(inputs, outputs);
+  }
 
-  const std::vector<Tensor>& inputs() const;
+  const std::vector<Tensor>& inputs() const;  ///< as given (a sparse placeholder is one input)
   const std::vector<Tensor>& outputs() const;
   /// Number of compiled plans: one per distinct input-shape signature seen so far, plus one per
   /// call that ran while another call of the same signature was in progress.
@@ -59,6 +98,7 @@ class Function {
   std::string plan_dot() const;
 
  private:
+  void run_feeds(const std::vector<Feed>& inputs, std::vector<NDArray>& outputs) const;
   friend struct FunctionAccess;  ///< engine internals (engine/plan.hpp)
   std::shared_ptr<struct FunctionImpl> impl_;
 };

@@ -128,6 +128,13 @@ std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, D
   if (!in_eager_scope())  // TF's eager mode ignores control dependencies too
     for (const auto& scope : t_control_scopes)
       n->control_inputs.insert(n->control_inputs.end(), scope.begin(), scope.end());
+  for (std::size_t i = 0; i < n->inputs.size(); ++i)
+    if (n->inputs[i].op() == Op::SparseTensor)  // only ops/sparse reads the parts of one
+      throw TypeError("op " + std::string(op_name(op)) + ": input " + std::to_string(i) + " '" +
+                      n->inputs[i].name() +
+                      "' is a sparse tensor; of the K:: functions only to_dense, dot (sparse x), "
+                      "concatenate, shape, int_shape, ndim and dtype take one (convert it with "
+                      "K::to_dense, as TF, which does not densify a SparseTensor implicitly)");
   n->concrete = true;
   for (const auto& t : n->inputs) {
     n->concrete = n->concrete && t.node().concrete;

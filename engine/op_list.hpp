@@ -24,6 +24,9 @@
   /* linear algebra and layout */                                                           \
   X(MatMul) X(Transpose) X(Reshape) X(ReshapeLike) X(ExpandAxes) X(SqueezeAxes) X(Concat)   \
   X(ConcatPart) X(Slice) X(SlicePad) X(Gather) X(GatherGrad) X(Reverse)                     \
+  /* sparse tensors (ops/sparse.hpp) */                                                     \
+  X(SparseTensor) X(SparseToDense) X(SparseDenseMatMul) X(SparseConcatIndices)              \
+  X(DenseIndices) X(ShapeCarrier) X(SparseGather)                                           \
   /* sliding windows (ops/conv, ops/pool) and padding (ops/image) */                       \
   X(Conv) X(ConvBackpropInput) X(ConvBackpropFilter) X(Pool) X(MaxPoolGrad)                 \
   X(MaxPoolGradGrad) X(AvgPoolGrad) X(Pad)                                                  \

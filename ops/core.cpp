@@ -13,7 +13,9 @@
 #include "engine/random.hpp"
 #include "ops/control.hpp"
 #include "ops/kernels/attrs.hpp"
+#include "ops/layout.hpp"
 #include "ops/op_util.hpp"
+#include "ops/reductions.hpp"
 
 namespace ktape::backend {
 
@@ -158,13 +160,13 @@ Tensor constant(double value, const ConstantOptions& o) {
 }
 
 Tensor placeholder(const Shape& shape, const PlaceholderOptions& o) {
-  if (o.sparse) throw NotImplementedError("K::placeholder: sparse placeholders are not supported");
   for (auto d : shape)
     if (d < -1)
       throw ValueError("K::placeholder: invalid dim " + std::to_string(d) + " in shape " +
                        shape.str() + "; use K::None for an unknown dim");
-  return make_source(Op::Placeholder, shape, resolve_dtype(o.dtype, "K::placeholder"),
-                     unique_name(o.name, "Placeholder"));
+  const DType dt = resolve_dtype(o.dtype, "K::placeholder");
+  if (o.sparse) return ops::sparse_placeholder(shape, dt, unique_name(o.name, "SparsePlaceholder"));
+  return make_source(Op::Placeholder, shape, dt, unique_name(o.name, "Placeholder"));
 }
 Tensor placeholder(const PlaceholderOptions& o) {
   if (o.shape) return placeholder(*o.shape, o);
@@ -183,14 +185,26 @@ bool is_keras_tensor(const Tensor& x) {
 }
 bool is_tensor(const Tensor& x) { return x.defined(); }
 bool is_variable(const Tensor& x) { return x.defined() && x.op() == Op::Variable; }
-bool is_placeholder(const Tensor& x) { return x.defined() && x.op() == Op::Placeholder; }
-bool is_sparse(const Tensor&) { return false; }
-Tensor shape(const Tensor& x) { return make_node(Op::ShapeOf, {x}, {}, DType::int32); }
+bool is_placeholder(const Tensor& x) {
+  if (!x.defined()) return false;
+  if (x.op() == Op::Placeholder) return true;
+  if (x.op() != Op::SparseTensor) return false;
+  for (const auto& t : x.node().inputs)
+    if (t.op() != Op::Placeholder) return false;
+  return true;
+}
+bool is_sparse(const Tensor& x) { return x.defined() && x.op() == Op::SparseTensor; }
+Tensor shape(const Tensor& x) {
+  if (is_sparse(x))  // the dense shape: the carrier's shape without its last (0) dim
+    return slice(make_node(Op::ShapeOf, {x.node().inputs[2]}, {}, DType::int32), {0}, {x.ndim()});
+  return make_node(Op::ShapeOf, {x}, {}, DType::int32);
+}
 Shape int_shape(const Tensor& x) { return x.shape(); }
 int ndim(const Tensor& x) { return x.ndim(); }
 Tensor size(const Tensor& x) {
   const std::int64_t n = x.shape().num_elements();
   if (n >= 0) return ops::scalar(static_cast<double>(n), DType::int32);
+  if (is_sparse(x)) return prod(shape(x));
   Tensor r = make_node(Op::SizeRatio, {x, ops::scalar(0.0, DType::float64)}, {}, DType::float64);
   return cast(r, "int32");
 }

@@ -70,7 +70,7 @@ struct PlaceholderOptions {
   std::optional<Shape> shape;  ///< for placeholder({.shape = ...}); the positional shape wins
   std::optional<int> ndim;     ///< used when no shape is given: every dim None
   std::string dtype;           ///< "" = floatx()
-  bool sparse = false;         ///< sparse placeholders are not supported: NotImplementedError
+  bool sparse = false;         ///< a sparse placeholder (ops/sparse.hpp), fed a K::SparseValue
   std::string name;
 };
 /// placeholder({None, 784}) or placeholder({None}, {.dtype = "int32"}).
@@ -82,8 +82,8 @@ bool is_keras_tensor(const Tensor& x);  ///< ValueError for a null tensor
 bool is_tensor(const Tensor& x);
 bool is_variable(const Tensor& x);
 bool is_placeholder(const Tensor& x);
-bool is_sparse(const Tensor& x);  ///< always false
-Tensor shape(const Tensor& x);    ///< symbolic int32 shape
+bool is_sparse(const Tensor& x);  ///< a sparse tensor (ops/sparse.hpp)
+Tensor shape(const Tensor& x);    ///< symbolic int32 shape (a sparse tensor's dense shape)
 Shape int_shape(const Tensor& x);
 int ndim(const Tensor& x);
 Tensor size(const Tensor& x);  ///< int32 scalar: number of elements

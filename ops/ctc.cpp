@@ -3,6 +3,7 @@
 #include "engine/errors.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/indexing.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/layout.hpp"
 #include "ops/nn.hpp"
@@ -58,6 +59,28 @@ G ctc_loss_grad_grad(const Node&, const Tensor&, const Tensor&) {
 }
 
 }  // namespace
+
+Tensor ctc_label_dense_to_sparse(const Tensor& labels, const Tensor& label_lengths) {
+  const char* fn = "K::ctc_label_dense_to_sparse";
+  if (labels.ndim() != 2)
+    throw ValueError(std::string(fn) + ": labels must be (samples, max_label_length), got " +
+                     labels.shape().str());
+  if (label_lengths.ndim() != 1)
+    throw ValueError(std::string(fn) + ": label_lengths must be (samples,), got " +
+                     label_lengths.shape().str());
+  if (label_lengths.dtype() != DType::int32 && label_lengths.dtype() != DType::int64)
+    throw TypeError(std::string(fn) + ": label_lengths must be int32 or int64, got " +
+                    dtype(label_lengths));
+  check_samples(fn, labels, label_lengths, "label_lengths");
+  // Every position (b, t), row-major; an entry's value is labels[b, t] if t < length[b], else 0.
+  const Tensor indices = make_node(Op::DenseIndices, {labels}, {}, DType::int64);
+  const Tensor row = squeeze(slice(indices, {0, 0}, {-1, 1}), 1);
+  const Tensor t = squeeze(slice(indices, {0, 1}, {-1, 1}), 1);
+  const Tensor keep = less(t, cast(gather(label_lengths, row), "int64"));
+  const Tensor values = flatten(labels) * cast(keep, dtype(labels));
+  const Tensor carrier = make_node(Op::ShapeCarrier, {labels}, {}, labels.dtype());
+  return ops::sparse_from_parts(indices, values, carrier);
+}
 
 Tensor ctc_batch_cost(const Tensor& y_true, const Tensor& y_pred, const Tensor& input_length,
                       const Tensor& label_length) {

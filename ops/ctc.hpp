@@ -1,6 +1,6 @@
 /// \file
-/// K:: connectionist temporal classification (Keras 2.2.4/2.3.1 on TF): ctc_batch_cost and
-/// ctc_decode. The blank is the last class. (ctc_label_dense_to_sparse needs sparse tensors.)
+/// K:: connectionist temporal classification (Keras 2.2.4/2.3.1 on TF): ctc_label_dense_to_sparse,
+/// ctc_batch_cost and ctc_decode. The blank is the last class.
 #pragma once
 
 #include <vector>
@@ -8,6 +8,13 @@
 #include "engine/tensor.hpp"
 
 namespace ktape::backend {
+
+/// The labels labels[b, :label_lengths[b]] as a sparse tensor of labels' shape and dtype
+/// (ops/sparse.hpp). labels: (samples, max_label_length); label_lengths: (samples,) integers, a
+/// length above max_label_length taking the whole row and one below 0 none (as Keras's mask).
+/// A Function's shapes are fixed when it compiles, so the entries past each length are kept as
+/// explicit zeros (zero is what TF's sparse tensor holds there too): to_dense gives Keras's value.
+Tensor ctc_label_dense_to_sparse(const Tensor& labels, const Tensor& label_lengths);
 
 /// The CTC loss of each sample, (samples, 1). y_true: (samples, max_label_length) class ids
 /// (float ids are truncated, as TF's to_int32); y_pred: (samples, time_steps, classes)

@@ -7,6 +7,7 @@
 #include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 #include "ops/reductions.hpp"
+#include "ops/sparse.hpp"
 
 namespace ktape::backend {
 
@@ -269,6 +270,7 @@ G concat_part_grad(const Node& n, const Tensor&, const Tensor& gg) {
 }  // namespace
 
 Tensor dot(const Tensor& x, const Tensor& y) {
+  if (is_sparse(x) || is_sparse(y)) return ops::sparse_dot(x, y);
   ops::check_same_dtype("K::dot", x, y);
   if (x.dtype() == DType::bool_) throw TypeError("K::dot: not defined for bool tensors");
   if (x.ndim() < 2 || y.ndim() < 2)
@@ -359,7 +361,17 @@ Tensor squeeze(const Tensor& x, int axis) {
 }
 Tensor concatenate(const std::vector<Tensor>& tensors, int axis) {
   if (tensors.empty()) throw ValueError("K::concatenate: needs at least one tensor");
-  for (const auto& t : tensors) ops::check_same_dtype("K::concatenate", tensors[0], t);
+  std::size_t n_sparse = 0;
+  for (const auto& t : tensors) {
+    ops::check_same_dtype("K::concatenate", tensors[0], t);
+    n_sparse += is_sparse(t) ? 1 : 0;
+  }
+  if (n_sparse == tensors.size()) return ops::sparse_concatenate(tensors, axis);
+  if (n_sparse > 0) {  // Keras: a mix is concatenated dense
+    std::vector<Tensor> dense;
+    for (const auto& t : tensors) dense.push_back(to_dense(t));
+    return concatenate(dense, axis);
+  }
   if (tensors[0].ndim() == 0) throw ValueError("K::concatenate: cannot concatenate scalars");
   const int a = normalize_axis(axis, tensors[0].ndim(), "K::concatenate");
   if (tensors.size() == 1) return tensors[0];

@@ -10,7 +10,9 @@
 namespace ktape::backend {
 
 /// 2-D: matrix product. n-D (Theano/numpy semantics): contracts x's last axis with y's
-/// second-to-last; result shape x.shape[:-1] + y.shape[:-2] + y.shape[-1:].
+/// second-to-last; result shape x.shape[:-1] + y.shape[:-2] + y.shape[-1:]. A sparse x (rank
+/// 2, with a rank-2 y) gives a dense product, differentiable with respect to y (TF's
+/// sparse_tensor_dense_matmul).
 Tensor dot(const Tensor& x, const Tensor& y);
 /// Keras 2.3.1's batch_dot: for each sample i, tensordot(x[i], y[i]) over axes[0] of x and
 /// axes[1] of y (one int: the same axis of both). Result (batch,) + x.shape[1:] without axes[0]
@@ -28,6 +30,7 @@ Tensor flatten(const Tensor& x);        ///< rank 1
 Tensor batch_flatten(const Tensor& x);  ///< (batch, prod(rest))
 Tensor expand_dims(const Tensor& x, int axis = -1);
 Tensor squeeze(const Tensor& x, int axis);  ///< the axis must have size 1
+/// Sparse tensors only: a sparse result (tf.sparse_concat); sparse and dense mixed: dense.
 Tensor concatenate(const std::vector<Tensor>& tensors, int axis = -1);
 /// Keras-on-TF `slice`: `size` elements from `start` on every axis; a size of -1 takes the rest
 /// of the axis. ValueError when a slice leaves the tensor.

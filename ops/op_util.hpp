@@ -55,5 +55,14 @@ void register_control_ops();
 void register_conv_ops();
 void register_pool_ops();
 void register_image_ops();
+void register_sparse_ops();
+
+// Sparse tensors (ops/sparse.cpp): a SparseTensor node over its parts (indices (nnz, rank)
+// int64, values (nnz,), a zero-size carrier shaped (dense shape..., 0)), and the builders that
+// K::placeholder, K::dot, K::concatenate and K::ctc_label_dense_to_sparse call.
+Tensor sparse_from_parts(const Tensor& indices, const Tensor& values, const Tensor& carrier);
+Tensor sparse_placeholder(const Shape& shape, DType dtype, const std::string& name);
+Tensor sparse_dot(const Tensor& x, const Tensor& y);
+Tensor sparse_concatenate(const std::vector<Tensor>& tensors, int axis);
 
 }  // namespace ktape::ops

@@ -19,6 +19,7 @@ void register_all_ops() {
   ops::register_conv_ops();
   ops::register_pool_ops();
   ops::register_image_ops();
+  ops::register_sparse_ops();
   register_loop_ops();
 }
 

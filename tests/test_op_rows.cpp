@@ -39,7 +39,8 @@ std::vector<const OpRow*> all_rows() {
   for (const auto* fam :
        {&cached<core_rows>(), &cached<elementwise_rows>(), &cached<reductions_rows>(),
         &cached<nn_rows>(), &cached<layout_rows>(), &cached<control_rows>(), &cached<loops_rows>(),
-        &cached<conv_rows>(), &cached<indexing_rows>(), &cached<ctc_rows>()})
+        &cached<conv_rows>(), &cached<indexing_rows>(), &cached<ctc_rows>(),
+        &cached<sparse_rows>()})
     for (const OpRow& row : *fam) r.push_back(&row);
   return r;
 }
@@ -323,6 +324,7 @@ KTAPE_ROW_SUITES(Loops, cached<loops_rows>());
 KTAPE_ROW_SUITES(Conv, cached<conv_rows>());
 KTAPE_ROW_SUITES(Indexing, cached<indexing_rows>());
 KTAPE_ROW_SUITES(Ctc, cached<ctc_rows>());
+KTAPE_ROW_SUITES(Sparse, cached<sparse_rows>());
 
 // Families without rows for some suite instantiate it empty.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GradcheckReference);
@@ -397,6 +399,7 @@ const std::set<ktape::Op>& gradient_only_kinds() {
       ktape::Op::MaxPoolGrad,         // max pooling's gradient
       ktape::Op::MaxPoolGradGrad,     // the gradient of max pooling's gradient
       ktape::Op::AvgPoolGrad,         // average pooling's gradient
+      ktape::Op::SparseGather,        // the gradient of a sparse tensor's values
   };
   return kinds;
 }
@@ -446,7 +449,9 @@ TEST(OpRowCoverage, ErrorCasesByOpKind) {
       ktape::Op::ShapeOf,
       // Sources and groups built by other K:: functions (zeros of a zero size is a constant,
       // moving_average_update a group of updates), whose errors live in those functions' rows.
-      ktape::Op::Constant, ktape::Op::Group};
+      ktape::Op::Constant, ktape::Op::Group,
+      // Its one error, an index out of range, needs fed sparse values: tests/test_sparse.cpp.
+      ktape::Op::SparseToDense};
   std::set<ktape::Op> with, without;
   for (const OpRow* row : all_rows()) {
     const Built b = build(*row, DType::float64, row->checks.none_batch);

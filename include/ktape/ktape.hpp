@@ -20,6 +20,7 @@
 #include "ops/conv.hpp"
 #include "ops/core.hpp"
 #include "ops/ctc.hpp"
+#include "ops/sparse.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/image.hpp"
 #include "ops/indexing.hpp"

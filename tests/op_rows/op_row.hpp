@@ -431,5 +431,6 @@ std::vector<OpRow> loops_rows();
 std::vector<OpRow> conv_rows();
 std::vector<OpRow> indexing_rows();
 std::vector<OpRow> ctc_rows();
+std::vector<OpRow> sparse_rows();
 
 }  // namespace ktape::op_rows

@@ -1,9 +1,12 @@
-// cpu MatMul: the project's GEMM (gemm.hpp) over 2-D tiles of the output.
+// cpu MatMul: the project's GEMM (gemm.hpp) over 2-D tiles of the output. SparseDenseMatMul:
+// the output's columns split by the grain policy (each task reads every entry).
 #include "engine/backend.hpp"
+#include "engine/parallel.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
+#include "ops/kernels/sparse.hpp"
 
 namespace ktape::kernels {
 
@@ -25,11 +28,21 @@ void matmul_kernel(const KernelCall& c) {
   parallel_gemm<T>(m, n, k, A, B, row_major(ptr<T>(c.out), n), false);
 }
 
+template <class T>
+void sparse_matmul_kernel(const KernelCall& c) {
+  const double per_column = static_cast<double>(c.in[1].size + c.out.dims[0]);
+  parallel_for(
+      c.out.dims[1], per_column,
+      [&](std::int64_t j0, std::int64_t j1) { sparse_matmul_columns<T>(c, j0, j1); }, 16);
+}
+
 }  // namespace
 
 void register_cpu_matmul(Backend& b) {
   b.set(Op::MatMul, DType::float32, &matmul_kernel<float>);
   b.set(Op::MatMul, DType::float64, &matmul_kernel<double>);
+  b.set(Op::SparseDenseMatMul, DType::float32, &sparse_matmul_kernel<float>);
+  b.set(Op::SparseDenseMatMul, DType::float64, &sparse_matmul_kernel<double>);
 }
 
 }  // namespace ktape::kernels

@@ -218,6 +218,7 @@ void register_reference_all(Backend& b) {
   register_reference_layout(b);
   register_reference_window(b);
   register_reference_ctc(b);
+  register_reference_sparse(b);
 }
 
 }  // namespace ktape::kernels
