@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS="-fsanitize=thread -DKTAPE_TSAN" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS="-fsanitize=thread -DKTAPE_TSAN" \
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
   -DKTAPE_BUILD_TESTS=ON -DKTAPE_BUILD_EXAMPLES=OFF -DKTAPE_BUILD_BENCH=OFF >/dev/null
 cmake --build build-tsan --target test_concurrency
 # halt_on_error: the first race fails the run; second_deadlock_stack: both stacks of a deadlock.
