@@ -42,7 +42,8 @@ bool is_sparse_placeholder(const Node& n) {
 std::string shape_str(const std::vector<std::int64_t>& v) { return Shape(v).str(); }
 
 // The three arrays of a fed SparseValue (engine/function.hpp), checked against the placeholder
-// and padded with zero entries at position 0 to a power-of-two count.
+// and padded to a power-of-two count with padding entries (first index -1, value 0), which the
+// sparse kernels skip (ops/kernels/sparse.hpp).
 void flatten_sparse(std::size_t i, const Node& sp, const SparseValue& v,
                     std::vector<NDArray>& out) {
   auto fail = [&](const std::string& what) {
@@ -71,6 +72,7 @@ void flatten_sparse(std::size_t i, const Node& sp, const SparseValue& v,
       nnz == 0 ? 0 : static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(nnz)));
   NDArray idx(Shape{cap, rank}, DType::int64);
   std::int64_t* pi = idx.data<std::int64_t>();
+  for (std::int64_t k = nnz; k < cap; ++k) pi[k * rank] = -1;
   for (std::int64_t k = 0; k < nnz; ++k) {
     for (int d = 0; d < rank; ++d) {
       const std::int64_t at = k * rank + d;
@@ -112,6 +114,7 @@ struct FunctionImpl {
   // caller listed them, and `sparse` whether each is a sparse placeholder.
   std::vector<Tensor> inputs, outputs, updates, given;
   std::vector<bool> sparse;
+  std::vector<std::size_t> given_index;  // per fed placeholder: its input's position in `given`
   std::vector<Node*> assigns;
   const Backend* backend = nullptr;
   bool fuse = true;
@@ -141,7 +144,13 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
     if (!inputs[i].defined())
       throw ValueError("K::function: inputs[" + std::to_string(i) + "] is a null tensor");
     const bool sparse = is_sparse_placeholder(inputs[i].node());
+    if (!sparse && inputs[i].op() == Op::SparseTensor)
+      throw ValueError("K::function: inputs[" + std::to_string(i) + "] " +
+                       describe(inputs[i].node()) +
+                       " is a sparse tensor computed in the graph; only sparse placeholders can "
+                       "be fed");
     impl->sparse.push_back(sparse);
+    for (std::size_t p = 0; p < (sparse ? 3 : 1); ++p) impl->given_index.push_back(i);
     if (sparse)
       flat.insert(flat.end(), inputs[i].node().inputs.begin(), inputs[i].node().inputs.end());
     else
@@ -265,7 +274,8 @@ void FunctionImpl::validate_feed(const std::vector<NDArray>& fed) const {
     const Node& ph = inputs[i].node();
     const NDArray& a = fed[i];
     auto fail = [&](const std::string& what) {
-      throw ValueError("K::function: input " + std::to_string(i) + " for placeholder " +
+      const std::size_t at = i < given_index.size() ? given_index[i] : i;
+      throw ValueError("K::function: input " + std::to_string(at) + " for placeholder " +
                        describe(ph) + " " + what);
     };
     if (!a.defined()) fail("was fed an empty NDArray");

@@ -133,8 +133,8 @@ std::shared_ptr<Node> new_node(Op op, std::vector<Tensor> inputs, Attrs attrs, D
       throw TypeError("op " + std::string(op_name(op)) + ": input " + std::to_string(i) + " '" +
                       n->inputs[i].name() +
                       "' is a sparse tensor; of the K:: functions only to_dense, dot (sparse x), "
-                      "concatenate, shape, int_shape, ndim and dtype take one (convert it with "
-                      "K::to_dense, as TF, which does not densify a SparseTensor implicitly)");
+                      "concatenate, is_sparse, is_placeholder, shape, size, int_shape, ndim and "
+                      "dtype take one: convert it with K::to_dense first");
   n->concrete = true;
   for (const auto& t : n->inputs) {
     n->concrete = n->concrete && t.node().concrete;

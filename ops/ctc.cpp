@@ -72,14 +72,16 @@ Tensor ctc_label_dense_to_sparse(const Tensor& labels, const Tensor& label_lengt
     throw TypeError(std::string(fn) + ": label_lengths must be int32 or int64, got " +
                     dtype(label_lengths));
   check_samples(fn, labels, label_lengths, "label_lengths");
-  // Every position (b, t), row-major; an entry's value is labels[b, t] if t < length[b], else 0.
-  const Tensor indices = make_node(Op::DenseIndices, {labels}, {}, DType::int64);
-  const Tensor row = squeeze(slice(indices, {0, 0}, {-1, 1}), 1);
-  const Tensor t = squeeze(slice(indices, {0, 1}, {-1, 1}), 1);
-  const Tensor keep = less(t, cast(gather(label_lengths, row), "int64"));
-  const Tensor values = flatten(labels) * cast(keep, dtype(labels));
+  // Every position (b, t), row-major, with labels[b, t]; the positions at or past length[b] are
+  // padding entries (index -1, ops/kernels/sparse.hpp), which every sparse kernel skips.
+  const Tensor all = make_node(Op::DenseIndices, {labels}, {}, DType::int64);
+  const Tensor row = squeeze(slice(all, {0, 0}, {-1, 1}), 1);
+  const Tensor t = squeeze(slice(all, {0, 1}, {-1, 1}), 1);
+  const Tensor keep =
+      expand_dims(cast(less(t, cast(gather(label_lengths, row), "int64")), "int64"), 1);
+  const Tensor indices = all * keep + (keep - 1.0);  // (b, t) or (-1, -1)
   const Tensor carrier = make_node(Op::ShapeCarrier, {labels}, {}, labels.dtype());
-  return ops::sparse_from_parts(indices, values, carrier);
+  return ops::sparse_from_parts(indices, flatten(labels), carrier);
 }
 
 Tensor ctc_batch_cost(const Tensor& y_true, const Tensor& y_pred, const Tensor& input_length,

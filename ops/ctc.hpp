@@ -12,8 +12,9 @@ namespace ktape::backend {
 /// The labels labels[b, :label_lengths[b]] as a sparse tensor of labels' shape and dtype
 /// (ops/sparse.hpp). labels: (samples, max_label_length); label_lengths: (samples,) integers, a
 /// length above max_label_length taking the whole row and one below 0 none (as Keras's mask).
-/// A Function's shapes are fixed when it compiles, so the entries past each length are kept as
-/// explicit zeros (zero is what TF's sparse tensor holds there too): to_dense gives Keras's value.
+/// A Function's shapes are fixed when it compiles, so the positions past each length stay as
+/// padding entries, which every sparse op skips (TF's sparse tensor leaves them out): to_dense
+/// and dot give Keras's values, whatever the labels hold there.
 Tensor ctc_label_dense_to_sparse(const Tensor& labels, const Tensor& label_lengths);
 
 /// The CTC loss of each sample, (samples, 1). y_true: (samples, max_label_length) class ids

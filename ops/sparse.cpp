@@ -3,6 +3,7 @@
 #include <string>
 
 #include "engine/errors.hpp"
+#include "ops/control.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/indexing.hpp"
@@ -79,11 +80,16 @@ G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& y = n.inputs[3];
   const Tensor gy =
       make_node(Op::SparseDenseMatMul, {idx, n.inputs[1], n.inputs[2], g}, a, g.dtype());
+  // Padding entries (row -1) read row 0 instead and get a zero gradient.
   const Tensor rows = backend::squeeze(backend::slice(idx, {0, 0}, {-1, 1}), 1);
-  const Tensor cols = backend::squeeze(backend::slice(idx, {0, 1}, {-1, 1}), 1);
-  const Tensor gv = backend::sum(
-      backend::gather(g, adjoint ? cols : rows) * backend::gather(y, adjoint ? rows : cols), 1);
-  return {Tensor(), gv, Tensor(), gy};
+  const Tensor valid = backend::greater_equal(rows, 0.0);
+  const Tensor zero = backend::zeros_like(rows);
+  const Tensor r = backend::switch_(valid, rows, zero);
+  const Tensor c =
+      backend::switch_(valid, backend::squeeze(backend::slice(idx, {0, 1}, {-1, 1}), 1), zero);
+  const Tensor gv =
+      backend::sum(backend::gather(g, adjoint ? c : r) * backend::gather(y, adjoint ? r : c), 1);
+  return {Tensor(), backend::switch_(valid, gv, backend::zeros_like(gv)), Tensor(), gy};
 }
 
 // SparseConcatIndices(indices_0..n-1, carrier_0..n-1) attrs {axis}.
@@ -113,9 +119,9 @@ Tensor sparse_from_parts(const Tensor& indices, const Tensor& values, const Tens
 }
 
 Tensor sparse_placeholder(const Shape& shape, DType dtype, const std::string& name) {
-  if (shape.ndim() < 1)
-    throw ValueError("K::placeholder: a sparse placeholder needs rank >= 1, got shape " +
-                     shape.str());
+  if (shape.ndim() < 1 || shape.ndim() >= kMaxRank)
+    throw ValueError("K::placeholder: a sparse placeholder needs rank 1 to " +
+                     std::to_string(kMaxRank - 1) + ", got shape " + shape.str());
   std::vector<std::int64_t> c(shape.begin(), shape.end());
   c.push_back(0);
   const Tensor indices =

@@ -2,10 +2,12 @@
 /// K:: sparse tensors, as Keras on TF's SparseTensor: made by placeholder({.sparse = true}) (fed
 /// a K::SparseValue: COO indices, values, dense shape), by concatenate of sparse tensors and by
 /// ctc_label_dense_to_sparse. Of the K:: functions, to_dense, dot (sparse x), concatenate,
-/// shape, int_shape, ndim, dtype and is_sparse take one; any other op given a sparse tensor is
-/// a TypeError (TF does not densify implicitly either). A Function output or K::eval of a
-/// sparse tensor is its dense value. Entries are in any order; a position listed twice holds
-/// the sum of its values.
+/// is_sparse, is_placeholder, shape, size, int_shape, ndim and dtype take one; any other op
+/// given a sparse tensor is a TypeError (TF 1.x also maps cast, abs, negative, sign and square
+/// over a SparseTensor's values: here convert with to_dense first). A Function output or
+/// K::eval of a sparse tensor is its dense value. Entries are in any order, and a position
+/// listed twice holds the sum of its values (TF's to_dense refuses unsorted or repeated indices;
+/// its sparse_tensor_dense_matmul sums them, as here). Rank 1 to 11.
 #pragma once
 
 #include "engine/function.hpp"

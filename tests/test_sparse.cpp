@@ -4,8 +4,10 @@
 // double precision (the large case), never by the code under test.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -193,6 +195,12 @@ TEST(Sparse, LargeDotMatchesAPlainLoopOnBothBackendsAtAnyThreadCount) {
                                f32(y, {k, n}), f32(want, {m, n})};
   const auto ref = K::function({x, yp, g}, {z, gy}, {}, {.backend = "reference"})(feed);
   EXPECT_TRUE(Close(ref[0], want, {m, n}, 1e-5, 1e-5));
+  std::vector<double> want_gy(static_cast<std::size_t>(k * n), 0.0);  // x^T g, g = want
+  for (std::int64_t e = 0; e < nnz; ++e)
+    for (std::int64_t j = 0; j < n; ++j)
+      want_gy[static_cast<std::size_t>(idx[2 * e + 1] * n + j)] +=
+          val[static_cast<std::size_t>(e)] * want[static_cast<std::size_t>(idx[2 * e] * n + j)];
+  EXPECT_TRUE(Close(ref[1], want_gy, {k, n}, 1e-4, 1e-4));
   const int threads = ktape::num_threads();
   for (int t : {1, 2, 8}) {
     ktape::set_num_threads(t);
@@ -304,7 +312,7 @@ TEST(Sparse, OpsThatDoNotTakeASparseTensorAreTypeErrors) {
              }),
              "not aligned");
   EXPECT_HAS(error_of<ktape::ValueError>([&] { K::placeholder(Shape{}, {.sparse = true}); }),
-             "needs rank >= 1");
+             "needs rank 1 to 11, got shape ()");
   EXPECT_HAS(error_of<ktape::ValueError>([&] { K::eval(x); }), "feed it through K::function");
 }
 
@@ -320,4 +328,79 @@ TEST(Sparse, TrainsALinearModelOnSparseInputs) {
   const auto out = step(std::vector<Feed>{small_value(), f32({1, 1}, {2, 1})});
   EXPECT_NEAR(out[0].item(), 1.0, 1e-7);
   EXPECT_TRUE(Close(K::get_value(w), {0.2, 0.4, 0}, {3, 1}, 1e-6, 1e-7));
+}
+
+TEST(Sparse, PaddingEntriesAreSkippedEvenNextToInfinities) {
+  // 3 entries pad to 4. x = [[0, 0, 3], [0, 1, 5]] uses no row of y but 1 and 2, so y's row 0 of
+  // NaN and inf must not reach the product: z = [[3 y2], [y1 + 5 y2]] by hand. The gradient
+  // x^T c has a zero row 0 even where c's row 0 is infinite.
+  const Tensor x = K::placeholder({2, 3}, {.sparse = true});
+  const Tensor y = K::placeholder({3, 2});
+  const Tensor c = K::placeholder({2, 2});
+  const Tensor z = K::dot(x, y);
+  const Tensor gy = K::gradients(K::sum(z * c), {y})[0];
+  const double inf = std::numeric_limits<double>::infinity();
+  const SparseValue v{i64({1, 1, 1, 2, 0, 2}, {3, 2}), f32({1, 5, 3}, {3}), Shape{2, 3}};
+  for (const auto& be : kBackends) {
+    SCOPED_TRACE(be);
+    const auto f = K::function({x, y, c}, {z, gy, K::to_dense(x)}, {}, {.backend = be});
+    const auto out = f(std::vector<Feed>{v, f32({std::nan(""), inf, 1, 2, 3, 4}, {3, 2}),
+                                         f32({inf, inf, 1, 1}, {2, 2})});
+    EXPECT_TRUE(Close(out[0], {9, 12, 16, 22}, {2, 2}, 0, 0));
+    EXPECT_EQ(out[1].item(0), 0.0);
+    EXPECT_EQ(out[1].item(1), 0.0);
+    EXPECT_TRUE(Close(out[2], {0, 0, 3, 0, 1, 5}, {2, 3}, 0, 0));
+  }
+}
+
+TEST(Sparse, CtcLabelsPastTheLengthsAreLeftOut) {
+  // Positions past each length are padding: NaN there reaches neither to_dense nor dot.
+  // labels [[1, NaN], [2, 3]], lengths [1, 2]: dense [[1, 0], [2, 3]]; times y = [[1], [inf]]:
+  // [[1], [2 + 3 inf]] = [[1], [inf]].
+  const Tensor labels = K::placeholder({2, 2});
+  const Tensor y = K::placeholder({2, 1});
+  const Tensor sp = K::ctc_label_dense_to_sparse(
+      labels, K::constant(NDArray::from_vector<std::int32_t>({1, 2}, {2}), {.dtype = "int32"}));
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const auto& be : kBackends) {
+    SCOPED_TRACE(be);
+    const auto out =
+        K::function({labels, y}, {K::to_dense(sp), K::dot(sp, y)}, {},
+                    {.backend = be})({f32({1, std::nan(""), 2, 3}, {2, 2}), f32({1, inf}, {2, 1})});
+    EXPECT_TRUE(Close(out[0], {1, 0, 2, 3}, {2, 2}, 0, 0));
+    EXPECT_TRUE(Close(out[1], {1, inf}, {2, 1}, 0, 0));
+  }
+}
+
+TEST(Sparse, MoreErrors) {
+  const Tensor x = K::placeholder({2, 3}, {.sparse = true});
+  const Tensor y = K::placeholder({3, 2});
+  const auto f = K::function({x, y}, {K::dot(x, y)});
+  // int32 indices are range-checked too; a dense input's error names its own position.
+  const SparseValue bad32{NDArray::from_vector<std::int32_t>({2, 0}, {1, 2}), f32({1}, {1}),
+                          Shape{2, 3}};
+  EXPECT_HAS(error_of<ktape::ValueError>([&] {
+               f(std::vector<Feed>{bad32, f32({1, 2, 3, 4, 5, 6}, {3, 2})});
+             }),
+             "indices[0] = (2, 0) is out of range");
+  EXPECT_HAS(error_of<ktape::ValueError>([&] {
+               f(std::vector<Feed>{small_value(), f32({1, 2, 3}, {3, 1})});
+             }),
+             "K::function: input 1 for placeholder");
+  // Rank 12 does not leave room for the carrier's extra dim.
+  EXPECT_HAS(error_of<ktape::ValueError>([&] {
+               K::placeholder(Shape(std::vector<std::int64_t>(12, 1)), {.sparse = true});
+             }),
+             "needs rank 1 to 11");
+  // Only sparse placeholders are fed.
+  const Tensor xx = K::concatenate({x, x}, 0);
+  EXPECT_HAS(error_of<ktape::ValueError>([&] { K::function({xx}, {K::to_dense(xx)}); }),
+             "is a sparse tensor computed in the graph");
+  // Indices computed in the graph are checked by the kernels.
+  const Tensor sp = ktape::ops::sparse_from_parts(
+      K::constant(i64({0, 5}, {1, 2}), {.dtype = "int64"}), K::constant(f32({1}, {1})),
+      ktape::make_node(ktape::Op::ShapeCarrier, {K::constant(0.0, {.shape = Shape{2, 3}})}, {},
+                       ktape::DType::float32));
+  EXPECT_HAS(error_of<ktape::ValueError>([&] { K::eval(K::to_dense(sp)); }),
+             "K::to_dense: index 5 of entry 0 (dim 1) is out of range for a dense dim of 3");
 }

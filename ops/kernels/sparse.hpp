@@ -1,6 +1,8 @@
 // Kernels of the sparse ops (ops/sparse.cpp), shared by the reference backend (serial) and the
 // cpu backend (SparseDenseMatMul split over output columns). Parts of a sparse tensor: indices
-// (nnz, rank) int64, values (nnz,), carrier (dense shape..., 0).
+// (nnz, rank) int64, values (nnz,), carrier (dense shape..., 0). An entry whose first index is
+// kPadding is padding (a fed value's entries padded to a power-of-two count, the positions past
+// each length in ctc_label_dense_to_sparse): every kernel skips it, as if it were absent.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,12 @@
 #include "ops/kernels/functors.hpp"
 
 namespace ktape::kernels {
+
+inline constexpr std::int64_t kPadding = -1;
+
+inline bool is_padding(const std::int64_t* idx, std::int64_t k, int rank) {
+  return rank > 0 && idx[k * rank] == kPadding;
+}
 
 // Position d of entry k, checked against the dense dim (ValueError naming `fn`).
 inline std::int64_t sparse_index(const char* fn, const std::int64_t* idx, std::int64_t k, int rank,
@@ -42,6 +50,7 @@ void sparse_matmul_columns(const KernelCall& c, std::int64_t j0, std::int64_t j1
   for (std::int64_t i = 0; i < c.out.dims[0]; ++i)
     for (std::int64_t j = j0; j < j1; ++j) out[i * n + j] = T(0);
   for (std::int64_t k = 0; k < nnz; ++k) {
+    if (is_padding(idx, k, 2)) continue;
     const std::int64_t r = sparse_index("K::dot (sparse)", idx, k, 2, 0, rows);
     const std::int64_t q = sparse_index("K::dot (sparse)", idx, k, 2, 1, cols);
     const std::int64_t to = adjoint ? q : r, from = adjoint ? r : q;

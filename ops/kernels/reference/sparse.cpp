@@ -2,7 +2,7 @@
 // SparseDenseMatMul only.
 // SparseTensor, SparseToDense(indices, values, carrier): the dense value, entries summed.
 // SparseConcatIndices(indices_0..n-1, carrier_0..n-1) attrs {axis}: the indices of the parts,
-// stacked, each shifted along `axis` by the dims of the parts before it.
+// stacked, each shifted along `axis` by the dims of the parts before it (padding stays padding).
 // SparseGather(indices, x): x at each entry's position (the gradient of the values).
 // DenseIndices(x): every position of x's shape in row-major order, (size, rank) int64.
 // ShapeCarrier(x): the zero-size (x.shape..., 0) array; nothing to compute.
@@ -26,6 +26,7 @@ void densify_kernel(const KernelCall& c) {
   T* out = ptr<T>(c.out);
   std::fill(out, out + c.out.size, T(0));
   for (std::int64_t k = 0; k < c.in[1].size; ++k) {
+    if (is_padding(idx, k, rank)) continue;
     std::int64_t off = 0;
     for (int d = 0; d < rank; ++d)
       off = off * c.out.dims[d] + sparse_index("K::to_dense", idx, k, rank, d, c.out.dims[d]);
@@ -44,6 +45,10 @@ void sparse_gather_kernel(const KernelCall& c) {
   const T* px = ptr<const T>(x);
   T* out = ptr<T>(c.out);
   for (std::int64_t k = 0; k < c.out.size; ++k) {
+    if (is_padding(idx, k, x.ndim)) {
+      out[k] = T(0);
+      continue;
+    }
     std::int64_t off = 0;
     for (int d = 0; d < x.ndim; ++d)
       off = off * x.dims[d] + sparse_index("K::gradients (sparse)", idx, k, x.ndim, d, x.dims[d]);
@@ -65,7 +70,8 @@ void concat_indices_kernel(const KernelCall& c) {
   for (int p = 0; p < parts; ++p) {
     const auto* in = ptr<const std::int64_t>(c.in[p]);
     const std::int64_t n = c.in[p].size;
-    for (std::int64_t e = 0; e < n; ++e) out[e] = in[e] + (e % rank == axis ? shift : 0);
+    for (std::int64_t e = 0; e < n; ++e)
+      out[e] = in[e] + (e % rank == axis && in[e - e % rank] != kPadding ? shift : 0);
     out += n;
     shift += c.in[parts + p].dims[axis];
   }
