@@ -426,28 +426,38 @@ class Compiler {
       }
     p.out_locs.assign(p.outputs.size(), {});
     p.out_same.assign(p.outputs.size(), -1);
-    std::vector<char> aliased(p.values.size(), 0);
-    for (std::size_t v = 0; v < p.values.size(); ++v)
-      if (p.values[v].root != static_cast<int>(v))
-        aliased[static_cast<std::size_t>(p.values[v].root)] = 1;
+    // An output is redirected when it is a whole arena buffer (the root itself, or a SumToLike
+    // or reshape alias of all its bytes) that no other output shares: every pointer to a value
+    // in that buffer (views into it too) then moves to the caller's buffer.
+    p.out_loc_offsets.assign(p.outputs.size(), {});
     for (std::size_t i = 0; i < p.outputs.size(); ++i) {
       const int vi = p.outputs[i];
-      const Value& v = val(vi);
+      const int root = val(vi).root;
       const auto first = std::find(p.outputs.begin(), p.outputs.end(), vi) - p.outputs.begin();
       if (static_cast<std::size_t>(first) != i) {
         if (!p.out_locs[static_cast<std::size_t>(first)].empty())
           p.out_same[i] = static_cast<int>(first);
         continue;
       }
-      if (v.root != vi || v.kind != Kind::kArena || aliased[static_cast<std::size_t>(vi)]) continue;
+      const Value& v = val(vi);
+      if (val(root).kind != Kind::kArena || v.alias_offset != 0 || v.bytes != val(root).bytes)
+        continue;
+      bool shared = false;
+      for (int o : p.outputs) shared = shared || (o != vi && val(o).root == root);
+      if (shared) continue;
       auto& locs = p.out_locs[i];
+      auto& offs = p.out_loc_offsets[i];
+      auto add = [&](int w, void** loc) {
+        if (w < 0 || val(w).root != root) return;
+        locs.push_back(loc);
+        offs.push_back(val(w).alias_offset);
+      };
       for (auto& s : p.steps) {
-        if (s.out == vi) locs.push_back(&s.call.out.data);
+        add(s.out, &s.call.out.data);
         if (s.fused)
           for (std::size_t k = 0; k < s.fused->out_values.size(); ++k)
-            if (s.fused->out_values[k] == vi) locs.push_back(&s.fused->out_ptrs[k]);
-        for (std::size_t k = 0; k < s.in_values.size(); ++k)
-          if (s.in_values[k] == vi) locs.push_back(&s.ins[k].data);
+            add(s.fused->out_values[k], &s.fused->out_ptrs[k]);
+        for (std::size_t k = 0; k < s.in_values.size(); ++k) add(s.in_values[k], &s.ins[k].data);
       }
     }
   }

@@ -471,7 +471,8 @@ void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* co
   const FunctionImpl& fi = FunctionAccess::impl(f);
   for (std::size_t i = 0; i < p.fed_ptrs.size(); ++i) p.fed_ptrs[i] = fed[i];
   for (std::size_t i = 0; i < p.outputs.size(); ++i)
-    for (void** loc : p.out_locs[i]) *loc = outs[i];
+    for (std::size_t k = 0; k < p.out_locs[i].size(); ++k)
+      *p.out_locs[i][k] = static_cast<char*>(outs[i]) + p.out_loc_offsets[i][k];
   fi.execute_ptrs(p);
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
     if (!p.out_locs[i].empty()) continue;
@@ -488,8 +489,9 @@ void function_execute_raw(const Function& f, Plan& p, void* const* fed, void* co
   }
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
     if (p.out_locs[i].empty()) continue;
-    void* home = value_ptr(p, p.outputs[i]);
-    for (void** loc : p.out_locs[i]) *loc = home;
+    char* home = static_cast<char*>(value_ptr(p, p.outputs[i]));
+    for (std::size_t k = 0; k < p.out_locs[i].size(); ++k)
+      *p.out_locs[i][k] = home + p.out_loc_offsets[i][k];
   }
 }
 

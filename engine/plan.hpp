@@ -79,8 +79,10 @@ struct Plan {
   std::vector<void*> fed_ptrs;
   bool lp_byte = false;
   // function_execute_raw: outputs computed into the caller's buffer directly (every pointer
-  // that refers to the output's arena slot), instead of a copy after the run.
+  // that refers to the output's arena slot, or to a view into it at the byte offset in
+  // out_loc_offsets), instead of a copy after the run.
   std::vector<std::vector<void**>> out_locs;
+  std::vector<std::vector<std::size_t>> out_loc_offsets;
   std::unordered_map<Node*, NDArray> folded;  // constant subgraphs evaluated at compile
   std::vector<int> out_same;  // an earlier redirected output with the same value, else -1
   // The storage locks of the variables a call reads (shared) or assigns (exclusive), in node-id
