@@ -389,3 +389,17 @@ TEST(Function, WideLayersAllocateNothingPerCall) {
     EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 2 steady-state steps, " << dt;
   }
 }
+
+TEST(Function, ATransposedOperandOfDotIsReadInPlace) {
+  // K.dot(x, K.transpose(w)) (tied weights): the GEMM reads w in its own storage order, so the
+  // plan is the one product, with no transpose kernel. Values: x = [[1, 2]], w = [[1, 2], [3, 4],
+  // [5, 6]]: x w^T = [[5, 11, 17]] by hand.
+  const ktape::Tensor x = K::placeholder({1, 2});
+  const ktape::Tensor w = K::placeholder({3, 2});
+  const auto f = K::function({x, w}, {K::dot(x, K::transpose(w))});
+  const auto out =
+      f({NDArray::from_values({1, 2}, {1, 2}), NDArray::from_values({1, 2, 3, 4, 5, 6}, {3, 2})});
+  EXPECT_TRUE(ktape::testing_util::Close(out[0], {5, 11, 17}, {1, 3}, 0, 0));
+  EXPECT_EQ(f.num_steps(), 1u) << f.describe_plan();
+  EXPECT_EQ(f.describe_plan().find("Transpose"), std::string::npos) << f.describe_plan();
+}

@@ -42,6 +42,22 @@ std::vector<OpRow> layout_rows() {
        {g.normal({2, 2, 3}), g.normal({2, 3, 2})})
       .no_unknown_dims()
       .formula([](const In& in) { return naive::dot(in[0], in[1]); });
+  // Transposed 2-D operands go to the GEMM as flags (no transpose kernel): every combination.
+  t.op("dot_transposed_x", [](const V& x) { return K::dot(K::transpose(x[0]), x[1]); },
+       {g.normal({4, 3}), g.normal({4, 2})})
+      .second_order()
+      .formula([](const In& in) { return naive::dot(naive::transpose(in[0]), in[1]); });
+  t.op("dot_transposed_y", [](const V& x) { return K::dot(x[0], K::transpose(x[1])); },
+       {g.normal(s34), g.normal({2, 4})})
+      .second_order()
+      .formula([](const In& in) { return naive::dot(in[0], naive::transpose(in[1])); });
+  t.op("dot_transposed_both",
+       [](const V& x) { return K::dot(K::transpose(x[0]), K::transpose(x[1])); },
+       {g.normal({4, 3}), g.normal({2, 4})})
+      .second_order()
+      .formula([](const In& in) {
+        return naive::dot(naive::transpose(in[0]), naive::transpose(in[1]));
+      });
   t.op("dot_self_transpose", [](const V& x) { return K::dot(x[0], K::transpose(x[0])); },
        {g.normal(s34)})
       .formula([](const In& in) { return naive::dot(in[0], naive::transpose(in[0])); });
