@@ -15,8 +15,53 @@ namespace {
 
 bool provably_same_shape(const Shape& a, const Shape& b) { return a.is_fully_defined() && a == b; }
 
-Tensor sum_grads(std::vector<Tensor>& gs) {
+// When x's gradients are the padded gradients of slices of x (SlicePad(g_i, x)) that tile x
+// along one axis, edge to edge (an LSTM's gates cut from one projection), their sum is the
+// concatenation of the g_i: one copy instead of a zero-filled x per slice and their sum, and
+// x's data is no longer read (a loop's reverse pass then need not recompute it).
+Tensor concat_of_slices(const std::vector<Tensor>& gs, const Node* x) {
+  if (gs.size() < 2) return Tensor();
+  const int rank = x->shape.ndim();
+  int axis = -1;
+  std::vector<std::pair<std::int64_t, std::size_t>> starts;  // (start, index in gs)
+  std::vector<std::int64_t> sizes(gs.size());
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    const Node& n = gs[i].node();
+    if (n.op != Op::SlicePad || n.inputs[1].node_ptr().get() != x) return Tensor();
+    if (n.inputs[0].dtype() != gs[0].node().inputs[0].dtype()) return Tensor();
+    const auto sl = attrs::Slice::of(n.attrs);
+    int cut = -1;  // the one axis this slice does not take whole
+    for (int d = 0; d < rank; ++d) {
+      const auto dd = static_cast<std::size_t>(d);
+      const bool whole = sl.start[dd] == 0 && (sl.size[dd] == -1 || sl.size[dd] == x->shape[d]);
+      if (whole) continue;
+      if (cut >= 0) return Tensor();
+      cut = d;
+    }
+    if (cut < 0 || (axis >= 0 && cut != axis)) return Tensor();
+    axis = cut;
+    starts.emplace_back(sl.start[static_cast<std::size_t>(cut)], i);
+    sizes[i] = sl.size[static_cast<std::size_t>(cut)];
+  }
+  std::sort(starts.begin(), starts.end());
+  std::int64_t at = 0;
+  for (std::size_t j = 0; j < starts.size(); ++j) {
+    const auto [start, i] = starts[j];
+    const std::int64_t size = sizes[i];
+    if (start != at || (size < 0 && j + 1 != starts.size())) return Tensor();
+    at = size < 0 ? -1 : at + size;
+  }
+  const std::int64_t dim = x->shape[axis];
+  if (at != -1 && (dim < 0 || at != dim)) return Tensor();
+  std::vector<Tensor> parts;
+  for (const auto& [start, i] : starts) parts.push_back(gs[i].node().inputs[0]);
+  const DType dt = parts[0].dtype();
+  return make_node(Op::Concat, std::move(parts), attrs::Axis::make(axis), dt);
+}
+
+Tensor sum_grads(std::vector<Tensor>& gs, const Node* x) {
   if (gs.size() == 1) return gs[0];
+  if (Tensor c = concat_of_slices(gs, x)) return c;
   const Tensor& first = gs[0];
   return make_node(Op::AddN, gs, {}, first.dtype());
 }
@@ -89,7 +134,7 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vecto
     if (!on_path.count(n)) continue;
     auto pit = pending.find(n);
     if (pit == pending.end()) continue;
-    Tensor g = sum_grads(pit->second);
+    Tensor g = sum_grads(pit->second, n);
     pending.erase(pit);
     if (targets.count(n)) total[n] = g;
     const OpDef& def = op_def(n->op);
@@ -105,7 +150,8 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vecto
       if (!gs[i].defined() || !on_path.count(in.node_ptr().get())) continue;
       if (!is_floating(in.dtype())) continue;
       Tensor gi = gs[i];
-      if (!provably_same_shape(gi.shape(), in.shape()))
+      const bool padded_to_in = gi.op() == Op::SlicePad && gi.node().inputs[1] == in;
+      if (!padded_to_in && !provably_same_shape(gi.shape(), in.shape()))
         gi = make_node(Op::SumToLike, {gi, in}, {}, gi.dtype());
       pending[in.node_ptr().get()].push_back(gi);
     }
