@@ -182,6 +182,31 @@ class Compiler {
     }
   }
 
+  // The arena buffers whose data something reads: the outputs', the updates', and, from the
+  // last node back, those a needed node reads through an input that is not shape-only
+  // (OpDef::shape_only) or depends on by a control edge. A buffer only ever read for its dims
+  // gets no step.
+  std::vector<char> data_needed() {
+    std::vector<char> needed(p_.values.size(), 0);
+    auto need = [&](int v) { needed[static_cast<std::size_t>(root_of(v))] = 1; };
+    for (const auto& t : r_.outputs) need(index_of(t));
+    for (const auto& t : r_.updates) need(index_of(t));
+    for (Node* a : r_.assigns) need(index_.at(a));
+    for (std::size_t vi = p_.values.size(); vi-- > 0;) {
+      const Value& v = p_.values[vi];
+      if (v.kind != Kind::kArena || !needed[static_cast<std::size_t>(v.root)]) continue;
+      const Node& n = *v.node;
+      for (const auto& c : n.control_inputs)  // evaluated with n (K::control_dependencies)
+        if (auto it = index_.find(c.node_ptr().get()); it != index_.end()) need(it->second);
+      if (v.root != static_cast<int>(vi)) continue;  // a view: its root's step reads the inputs
+      const OpDef& def = op_def(n.op);
+      const unsigned skip = def.shape_only ? def.shape_only(n) : 0u;
+      for (std::size_t k = 0; k < n.inputs.size(); ++k)
+        if (k >= 32 || !(skip >> k & 1u)) need(index_of(n.inputs[k]));
+    }
+    return needed;
+  }
+
   void add_step(int vi, KernelFn fn, const std::vector<int>& ins) {
     Step s;
     s.fn = fn;
@@ -196,9 +221,10 @@ class Compiler {
   // value lives outside the arena (a variable, constant or fed array that could change before
   // the commit), a snapshot copy; then the commits.
   void build_steps() {
+    const std::vector<char> needed = data_needed();
     for (std::size_t vi = 0; vi < p_.values.size(); ++vi) {
       const Value& v = p_.values[vi];
-      if (v.root != static_cast<int>(vi) || v.kind != Kind::kArena) continue;
+      if (v.root != static_cast<int>(vi) || v.kind != Kind::kArena || !needed[vi]) continue;
       const Node& n = *v.node;
       const OpDef& def = op_def(n.op);
       const DType kdt = def.dispatch_input < 0
@@ -358,6 +384,12 @@ class Compiler {
     ArenaAllocator arena;
     std::vector<int> outs;
     std::unordered_set<int> freed;
+    // Buffers no step writes (read only for their dims, OpDef::shape_only) take no arena space.
+    std::vector<char> produced(p_.values.size(), 0);
+    for (const Step& step : p_.steps) {
+      produced[static_cast<std::size_t>(step.out)] = 1;
+      for (int o : step.extra_outs) produced[static_cast<std::size_t>(o)] = 1;
+    }
     for (std::size_t si = 0; si < p_.steps.size(); ++si) {
       Step& step = p_.steps[si];
       outs.assign(1, step.out);
@@ -377,7 +409,7 @@ class Compiler {
         const int r = root_of(in);
         Value& rv = val(r);
         if (rv.kind == Kind::kArena && !rv.pinned && rv.last_use == static_cast<int>(si) &&
-            freed.insert(r).second)
+            produced[static_cast<std::size_t>(r)] && freed.insert(r).second)
           arena.release(rv.offset, rv.bytes);
       }
       for (int o : outs) {

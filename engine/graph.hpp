@@ -128,6 +128,11 @@ struct OpDef {
   // The inputs that may be stacked so that the op on the stacks is the sum of its per-step
   // results (e.g. the weight gradient x^T g): a loop's gradient sums them in one op afterwards.
   InputMaskFn stack_sum = nullptr;
+  // The inputs whose data the kernel never reads, only their dims (the reference of SumToLike,
+  // SlicePad, FillLike): a plan computes such an input only if something else reads its data,
+  // so a loop's reverse pass does not recompute forward values its gradient needs only the
+  // shape of. The kernel sees the input's dims; its data is unspecified.
+  InputMaskFn shape_only = nullptr;
 };
 
 // The op table: one record per op kind, read-only once registered. ensure_ops_registered fills

@@ -408,9 +408,13 @@ void register_core_ops() {
                               .may_throw = true,  // it allocates the printed copy
                               .prepare = &backend::prepare_print});
   define_op(Op::Cast, {.shape = &same_as_input0, .grad = &backend::cast_grad, .elementwise = true});
-  define_op(Op::FillLike, {.shape = &same_as_input0, .dispatch_input = -1});
-  define_op(Op::ShapeOf, {.shape = &backend::shape_of_rule, .dispatch_input = -1});
-  define_op(Op::SizeRatio, {.shape = &scalar_rule, .dispatch_input = -1});
+  define_op(Op::FillLike,
+            {.shape = &same_as_input0, .dispatch_input = -1, .shape_only = &input0_shape_only});
+  define_op(
+      Op::ShapeOf,
+      {.shape = &backend::shape_of_rule, .dispatch_input = -1, .shape_only = &input0_shape_only});
+  define_op(Op::SizeRatio,
+            {.shape = &scalar_rule, .dispatch_input = -1, .shape_only = &all_shape_only});
 }
 
 }  // namespace ktape::ops

@@ -517,7 +517,8 @@ void register_layout_ops() {
   define_op(Op::Concat, {.shape = &concat_rule, .grad = &concat_grad});
   define_op(Op::ConcatPart, {.shape = &concat_part_rule, .grad = &concat_part_grad});
   define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad});
-  define_op(Op::SlicePad, {.shape = &slice_pad_rule, .grad = &slice_pad_grad});
+  define_op(Op::SlicePad,
+            {.shape = &slice_pad_rule, .grad = &slice_pad_grad, .shape_only = &input1_shape_only});
 }
 
 }  // namespace ktape::ops

@@ -42,6 +42,10 @@ int padding_mode(const char* fn, const std::string& padding, bool causal_ok);
 Shape same_as_input0(const Node& n, const std::vector<Shape>& in);
 Shape broadcast_rule(const Node& n, const std::vector<Shape>& in);
 Shape scalar_rule(const Node& n, const std::vector<Shape>& in);
+// OpDef::shape_only masks.
+inline unsigned input0_shape_only(const Node&) { return 1u; }
+inline unsigned input1_shape_only(const Node&) { return 2u; }
+inline unsigned all_shape_only(const Node&) { return ~0u; }
 
 // Registration of each family (called once from ensure_ops_registered).
 void register_core_ops();

@@ -226,9 +226,12 @@ void register_reduction_ops() {
   define_op(Op::SumToLike, {.shape = &like_rule,
                             .grad = &sum_to_like_grad,
                             .alias_if_same_shape = true,
-                            .stack_sum = &sum_to_like_stack_sum});
-  define_op(Op::BroadcastToLike,
-            {.shape = &like_rule, .grad = &broadcast_to_like_grad, .alias_if_same_shape = true});
+                            .stack_sum = &sum_to_like_stack_sum,
+                            .shape_only = &input1_shape_only});
+  define_op(Op::BroadcastToLike, {.shape = &like_rule,
+                                  .grad = &broadcast_to_like_grad,
+                                  .alias_if_same_shape = true,
+                                  .shape_only = &input1_shape_only});
 }
 
 }  // namespace ktape::ops

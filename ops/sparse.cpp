@@ -181,7 +181,7 @@ void register_sparse_ops() {
             {.shape = &matmul_rule, .grad = &matmul_grad, .dispatch_input = 3, .may_throw = true});
   define_op(Op::SparseConcatIndices, {.shape = &concat_indices_rule, .dispatch_input = -1});
   define_op(Op::DenseIndices, {.shape = &dense_indices_rule, .dispatch_input = -1});
-  define_op(Op::ShapeCarrier, {.shape = &carrier_rule});
+  define_op(Op::ShapeCarrier, {.shape = &carrier_rule, .shape_only = &input0_shape_only});
 }
 
 }  // namespace ktape::ops

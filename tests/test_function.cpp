@@ -403,3 +403,19 @@ TEST(Function, ATransposedOperandOfDotIsReadInPlace) {
   EXPECT_EQ(f.num_steps(), 1u) << f.describe_plan();
   EXPECT_EQ(f.describe_plan().find("Transpose"), std::string::npos) << f.describe_plan();
 }
+
+TEST(Function, AValueReadOnlyForItsShapeIsNotComputed) {
+  // ones_like(exp(exp(x))) reads exp(exp(x)) only for its shape: the plan is the fill alone,
+  // and the arena holds nothing for the exps. sum(exp(x)) * ones_like(exp(x)) still computes
+  // exp(x) once, for the sum.
+  const ktape::Tensor x = K::placeholder({K::None, 3});
+  const auto f = K::function({x}, {K::ones_like(K::exp(K::exp(x)))});
+  const auto out = f({NDArray::from_values({1, 2, 3, 4, 5, 6}, {2, 3})});
+  EXPECT_TRUE(ktape::testing_util::Close(out[0], {1, 1, 1, 1, 1, 1}, {2, 3}, 0, 0));
+  EXPECT_EQ(f.num_steps(), 1u) << f.describe_plan();
+  EXPECT_EQ(f.describe_plan().find("Exp"), std::string::npos) << f.describe_plan();
+  const ktape::Tensor e = K::exp(x);
+  const auto g = K::function({x}, {K::sum(e) * K::ones_like(e)});
+  const auto v = g({NDArray::from_values({0, 0, 0}, {1, 3})});
+  EXPECT_TRUE(ktape::testing_util::Close(v[0], {3, 3, 3}, {1, 3}, 0, 0));
+}
