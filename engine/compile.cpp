@@ -192,6 +192,8 @@ class Compiler {
     for (const auto& t : r_.outputs) need(index_of(t));
     for (const auto& t : r_.updates) need(index_of(t));
     for (Node* a : r_.assigns) need(index_.at(a));
+    for (std::size_t vi = 0; vi < p_.values.size(); ++vi)
+      if (op_def(p_.values[vi].node->op).side_effect) need(static_cast<int>(vi));
     for (std::size_t vi = p_.values.size(); vi-- > 0;) {
       const Value& v = p_.values[vi];
       if (v.kind != Kind::kArena || !needed[static_cast<std::size_t>(v.root)]) continue;
@@ -426,6 +428,11 @@ class Compiler {
   // for outputs computed straight into a caller's buffer.
   void resolve_pointers() {
     Plan& p = p_;
+    std::vector<char> produced(p.values.size(), 0);  // arena roots some step writes
+    for (const Step& s : p.steps) {
+      produced[static_cast<std::size_t>(s.out)] = 1;
+      for (int o : s.extra_outs) produced[static_cast<std::size_t>(o)] = 1;
+    }
     p.fed_refs.assign(r_.inputs.size(), {});
     p.fed_ptrs.assign(r_.inputs.size(), nullptr);
     for (auto& s : p.steps) {
@@ -437,7 +444,11 @@ class Compiler {
         a.ndim = v.shape.ndim();
         a.size = v.size;
         a.dtype = v.dtype;
-        a.data = val(v.root).kind == Kind::kFed ? nullptr : value_ptr(p, s.in_values[k]);
+        // Fed: patched per call. A buffer no step writes (read for its dims only): no data.
+        const Value& root = val(v.root);
+        const bool unwritten =
+            root.kind == Kind::kArena && !produced[static_cast<std::size_t>(v.root)];
+        a.data = root.kind == Kind::kFed || unwritten ? nullptr : value_ptr(p, s.in_values[k]);
       }
       const Value& o = val(s.out);
       s.call.in = s.ins.data();

@@ -133,6 +133,9 @@ struct OpDef {
   // so a loop's reverse pass does not recompute forward values its gradient needs only the
   // shape of. The kernel sees the input's dims; its data is unspecified.
   InputMaskFn shape_only = nullptr;
+  // Runs for its effect (print_tensor): a plan that holds the node computes it even when nothing
+  // reads its data.
+  bool side_effect = false;
 };
 
 // The op table: one record per op kind, read-only once registered. ensure_ops_registered fills

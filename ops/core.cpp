@@ -406,7 +406,8 @@ void register_core_ops() {
                               .grad = &backend::identity_grad,
                               .pure = false,
                               .may_throw = true,  // it allocates the printed copy
-                              .prepare = &backend::prepare_print});
+                              .prepare = &backend::prepare_print,
+                              .side_effect = true});
   define_op(Op::Cast, {.shape = &same_as_input0, .grad = &backend::cast_grad, .elementwise = true});
   define_op(Op::FillLike,
             {.shape = &same_as_input0, .dispatch_input = -1, .shape_only = &input0_shape_only});

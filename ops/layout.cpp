@@ -276,17 +276,7 @@ Tensor dot(const Tensor& x, const Tensor& y) {
   if (x.ndim() < 2 || y.ndim() < 2)
     throw ValueError("K::dot: both operands need rank >= 2 (as tf.matmul), got " + x.shape().str() +
                      " and " + y.shape().str());
-  if (x.ndim() == 2 && y.ndim() == 2) {
-    // A transposed 2-D operand is read in place (the GEMM takes either storage order): no
-    // transpose kernel runs. The gradient rule handles the flags.
-    auto untransposed = [](const Tensor& t, bool& flag) {
-      flag = t.op() == Op::Transpose && t.node().inputs[0].ndim() == 2;
-      return flag ? t.node().inputs[0] : t;
-    };
-    bool ta = false, tb = false;
-    const Tensor a = untransposed(x, ta), b = untransposed(y, tb);
-    return matmul(a, b, ta, tb);
-  }
+  if (x.ndim() == 2 && y.ndim() == 2) return matmul(x, y, false, false);
   const Shape& xs = x.shape();
   const Shape& ys = y.shape();
   const std::int64_t k = xs[xs.ndim() - 1];

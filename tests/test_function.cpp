@@ -390,20 +390,6 @@ TEST(Function, WideLayersAllocateNothingPerCall) {
   }
 }
 
-TEST(Function, ATransposedOperandOfDotIsReadInPlace) {
-  // K.dot(x, K.transpose(w)) (tied weights): the GEMM reads w in its own storage order, so the
-  // plan is the one product, with no transpose kernel. Values: x = [[1, 2]], w = [[1, 2], [3, 4],
-  // [5, 6]]: x w^T = [[5, 11, 17]] by hand.
-  const ktape::Tensor x = K::placeholder({1, 2});
-  const ktape::Tensor w = K::placeholder({3, 2});
-  const auto f = K::function({x, w}, {K::dot(x, K::transpose(w))});
-  const auto out =
-      f({NDArray::from_values({1, 2}, {1, 2}), NDArray::from_values({1, 2, 3, 4, 5, 6}, {3, 2})});
-  EXPECT_TRUE(ktape::testing_util::Close(out[0], {5, 11, 17}, {1, 3}, 0, 0));
-  EXPECT_EQ(f.num_steps(), 1u) << f.describe_plan();
-  EXPECT_EQ(f.describe_plan().find("Transpose"), std::string::npos) << f.describe_plan();
-}
-
 TEST(Function, AValueReadOnlyForItsShapeIsNotComputed) {
   // ones_like(exp(exp(x))) reads exp(exp(x)) only for its shape: the plan is the fill alone,
   // and the arena holds nothing for the exps. sum(exp(x)) * ones_like(exp(x)) still computes

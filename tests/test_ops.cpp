@@ -422,3 +422,15 @@ TEST(PrintTensor, LogsMessageAndValuesEveryCallAndPassesTheValueThrough) {
   testing::internal::GetCapturedStderr();
   EXPECT_EQ(gv[0].item(1), 3.0);
 }
+
+TEST(PrintTensor, PrintsAlsoWhenOnlyItsShapeIsRead) {
+  // A plan skips nodes read only for their dims (OpDef::shape_only), but not a print: it runs
+  // for its effect.
+  auto x = K::placeholder({K::None});
+  auto f = K::function({x}, {K::ones_like(K::print_tensor(x * 2.0, "shape only: "))});
+  testing::internal::CaptureStderr();
+  auto out = f({NDArray::from_values({1.0, 2.5}, Shape{2})});
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out[0].item(1), 1.0);
+  EXPECT_NE(log.find("shape only: "), std::string::npos) << log;
+}

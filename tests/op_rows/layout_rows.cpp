@@ -42,7 +42,7 @@ std::vector<OpRow> layout_rows() {
        {g.normal({2, 2, 3}), g.normal({2, 3, 2})})
       .no_unknown_dims()
       .formula([](const In& in) { return naive::dot(in[0], in[1]); });
-  // Transposed 2-D operands go to the GEMM as flags (no transpose kernel): every combination.
+  // Transposed 2-D operands, every combination.
   t.op("dot_transposed_x", [](const V& x) { return K::dot(K::transpose(x[0]), x[1]); },
        {g.normal({4, 3}), g.normal({4, 2})})
       .second_order()
