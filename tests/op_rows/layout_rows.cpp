@@ -532,6 +532,20 @@ std::vector<OpRow> layout_rows() {
         return naive::mul(naive::dot(naive::dot(in[0], in[1]), naive::transpose(in[1])), 2.0);
       })
       .tol32(1e-4, 1e-3);
+  // Transposes large enough for the cpu kernel's parallel split: one that keeps the last axis
+  // (row copies, an RNN's batch/time swap) and one that moves it (strided gathers).
+  t.parity_only(
+       "big_permute_keeps_last_axis",
+       [](const V& x) { return K::permute_dimensions(x[0], {1, 0, 2}); },
+       [](Gen& r) { return In{r.normal({96, 128, 40})}; })
+      .formula([](const In& in) { return naive::transpose(in[0], {1, 0, 2}); })
+      .exact();
+  t.parity_only(
+       "big_permute_moves_last_axis",
+       [](const V& x) { return K::permute_dimensions(x[0], {2, 1, 0}); },
+       [](Gen& r) { return In{r.normal({96, 128, 40})}; })
+      .formula([](const In& in) { return naive::transpose(in[0], {2, 1, 0}); })
+      .exact();
   t.parity_only("zero_matmul_rows", [](const V& x) { return K::dot(x[0], x[1]); },
                 {g.normal({0, 4}), g.normal({4, 3})})
       .expect({}, {0, 3});
