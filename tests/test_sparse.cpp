@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ktape/ktape.hpp"
+#include "op_rows/op_row.hpp"
 #include "ops/op_util.hpp"
 #include "test_util.hpp"
 
@@ -21,6 +22,7 @@ using ktape::NDArray;
 using ktape::Shape;
 using ktape::SparseValue;
 using ktape::Tensor;
+using ktape::op_rows::f64;
 using ktape::testing_util::Close;
 using ktape::testing_util::error_of;
 
@@ -31,9 +33,6 @@ NDArray i64(const std::vector<std::int64_t>& v, const Shape& s) {
 }
 NDArray f32(const std::vector<double>& v, const Shape& s) {
   return NDArray::from_values(v, s, ktape::DType::float32);
-}
-NDArray f64(const std::vector<double>& v, const Shape& s) {
-  return NDArray::from_values(v, s, ktape::DType::float64);
 }
 
 // (2, 3) with entries (0, 1) = 1, (1, 0) = 2, (0, 1) = 3 again: dense [[0, 4, 0], [2, 0, 0]].

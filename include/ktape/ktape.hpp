@@ -20,7 +20,6 @@
 #include "ops/conv.hpp"
 #include "ops/core.hpp"
 #include "ops/ctc.hpp"
-#include "ops/sparse.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/image.hpp"
 #include "ops/indexing.hpp"
@@ -31,4 +30,5 @@
 #include "ops/reductions.hpp"
 #include "ops/rnn.hpp"
 #include "ops/session.hpp"
+#include "ops/sparse.hpp"
 #include "optim/optimizers.hpp"

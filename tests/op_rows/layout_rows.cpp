@@ -536,15 +536,27 @@ std::vector<OpRow> layout_rows() {
   // (row copies, an RNN's batch/time swap) and one that moves it (strided gathers).
   t.parity_only(
        "big_permute_keeps_last_axis",
-       [](const V& x) { return K::permute_dimensions(x[0], {1, 0, 2}); },
-       [](Gen& r) { return In{r.normal({96, 128, 40})}; })
-      .formula([](const In& in) { return naive::transpose(in[0], {1, 0, 2}); })
+       [](const V& x) {
+         return K::permute_dimensions(x[0], {1, 0, 2});
+       },
+       [](Gen& r) {
+         return In{r.normal({96, 128, 40})};
+       })
+      .formula([](const In& in) {
+        return naive::transpose(in[0], {1, 0, 2});
+      })
       .exact();
   t.parity_only(
        "big_permute_moves_last_axis",
-       [](const V& x) { return K::permute_dimensions(x[0], {2, 1, 0}); },
-       [](Gen& r) { return In{r.normal({96, 128, 40})}; })
-      .formula([](const In& in) { return naive::transpose(in[0], {2, 1, 0}); })
+       [](const V& x) {
+         return K::permute_dimensions(x[0], {2, 1, 0});
+       },
+       [](Gen& r) {
+         return In{r.normal({96, 128, 40})};
+       })
+      .formula([](const In& in) {
+        return naive::transpose(in[0], {2, 1, 0});
+      })
       .exact();
   t.parity_only("zero_matmul_rows", [](const V& x) { return K::dot(x[0], x[1]); },
                 {g.normal({0, 4}), g.normal({4, 3})})

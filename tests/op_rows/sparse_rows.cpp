@@ -134,6 +134,33 @@ std::vector<OpRow> sparse_rows() {
         r.insert(r.end(), b.v.begin(), b.v.end());
         return naive::Arr({3, 3}, r);
       });
+  // A first-order gradient as the output, so that gradcheck differentiates the gradient rules
+  // themselves: d/dx sum(to_dense(sp(x)) * w) = w inside the lengths (SparseGather; its own
+  // gradient is SparseToDense), and d/dx sum(dot(sp(x), y) * c) = c y^T inside the lengths (the
+  // gathers of the values gradient).
+  t.op("sparse_values_gradient",
+       [](const V& v) {
+         const Tensor x = v[0] * 1.0;
+         return K::gradients(K::sum(K::to_dense(sparse_of(x, {2, 0, 4})) * v[1]), {x})[0];
+       },
+       {g.normal({3, 4}), g.normal({3, 4})})
+      .formula([](const In& in) {
+        return masked(in[1], {2, 0, 4});
+      });
+  t.op("sparse_dot_values_gradient",
+       [](const V& v) {
+         const Tensor x = v[0] * 1.0;
+         return K::gradients(K::sum(K::dot(sparse_of(x, {3, 1, 4}), v[1]) * v[2]), {x})[0];
+       },
+       {g.normal({3, 4}), g.normal({4, 5}), g.normal({3, 5})})
+      .formula([](const In& in) {
+        const naive::Arr y = in[1], c = in[2];
+        naive::Arr r = naive::full({3, 4}, 0.0);
+        for (std::int64_t i = 0; i < 3; ++i)
+          for (std::int64_t k = 0; k < 4; ++k)
+            for (std::int64_t j = 0; j < 5; ++j) r[i * 4 + k] += c[i * 5 + j] * y[k * 5 + j];
+        return masked(r, {3, 1, 4});
+      });
   return t.take();
 }
 
