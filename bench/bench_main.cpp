@@ -103,7 +103,9 @@ void BM_Gemm(benchmark::State& state) {
   state.SetLabel(gemm.name() + ", " + ktape::bench::threads_label(state.range(3)));
 }
 // The MLP's layers 1 and 2 (batch 128 and 32), the LSTM's per-step product (128 x 128 x 512)
-// and its hoisted input projection over 28 steps (3584 x 28 x 512).
+// and its hoisted input projection over 28 steps (3584 x 28 x 512); two deep products whose
+// depth parallel_gemm slices (the CNN's dense layer, 128 x 3136 x 128, and one of the shape of
+// an LSTM loop's hoisted weight gradient, 128 x 3584 x 512).
 BENCHMARK(BM_Gemm)
     ->ArgsProduct({{128}, {784}, {256}, {1, 2}, {0, 1}})
     ->ArgsProduct({{128}, {256}, {128}, {1, 2}, {0, 1}})
@@ -111,6 +113,8 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{128}, {128}, {512}, {1, 2}, {0, 1}})
     ->ArgsProduct({{32}, {128}, {512}, {1, 2}, {0, 1}})
     ->ArgsProduct({{3584}, {28}, {512}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{128}, {3136}, {128}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{128}, {3584}, {512}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

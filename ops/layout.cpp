@@ -5,6 +5,7 @@
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/kernels/attrs.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/op_util.hpp"
 #include "ops/reductions.hpp"
 #include "ops/sparse.hpp"
@@ -55,6 +56,22 @@ Shape matmul_rule(const Node& n, const std::vector<Shape>& in) {
   std::vector<std::int64_t> d(a.dims().begin(), a.dims().end() - 1);
   d.push_back(nn);
   return Shape(std::move(d));
+}
+
+// The compile hook of MatMul: the shape rule, plus the cpu GEMM's partial sums when it splits a
+// deep product's depth (ops/kernels/cpu/gemm.hpp), carved from the Function's arena.
+Prepared matmul_prepare(const PrepareArgs& p) {
+  Prepared r;
+  r.shape = matmul_rule(p.node, p.in_shapes);
+  if (p.backend != "cpu" || !r.shape.is_fully_defined()) return r;
+  const auto at = attrs::MatMul::of(p.node.attrs);
+  const Shape& a = p.in_shapes[0];
+  const std::int64_t n = r.shape[r.shape.ndim() - 1];
+  const std::int64_t m = r.shape.num_elements() / std::max<std::int64_t>(n, 1);
+  const std::int64_t k =
+      at.ta ? a.num_elements() / std::max<std::int64_t>(a[a.ndim() - 1], 1) : a[a.ndim() - 1];
+  r.scratch_bytes = kernels::parallel_gemm_scratch(m, n, k, dtype_size(p.node.dtype));
+  return r;
 }
 
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
@@ -494,6 +511,7 @@ void register_layout_ops() {
   using namespace ktape::backend;
   define_op(Op::MatMul, {.shape = &matmul_rule,
                          .grad = &matmul_grad,
+                         .prepare = &matmul_prepare,
                          .costly = true,
                          .stack_map = &matmul_stack_map,
                          .stack_sum = &matmul_stack_sum});

@@ -134,6 +134,20 @@ TEST(Gemm, ParallelTilesMatchTheOracleAtTheirEdges) {
     }
 }
 
+TEST(Gemm, SplitDepthMatchesTheOracle) {
+  // Deep products whose depth parallel_gemm cuts into slices (gemm_tiles().chunks > 1), with a
+  // last slice shorter than the others, tiles that end inside C, and every order of C (the
+  // partial sums are added through C's strides).
+  ASSERT_GT(ktape::kernels::gemm_tiles(150, 70, 2051).chunks, 1);
+  ASSERT_GT(ktape::kernels::gemm_tiles(20, 300, 1500).chunks, 1);
+  for (GemmLibrary lib : libraries())
+    for (bool acc : {false, true}) {
+      check_product<float>(lib, 150, 70, 2051, true, false, false, acc, true);
+      check_product<double>(lib, 150, 70, 2051, false, true, true, acc, true);
+      check_product<float>(lib, 20, 300, 1500, false, false, true, acc, true);
+    }
+}
+
 TEST(Gemm, EmptyDepthZeroesOrKeeps) {
   for (GemmLibrary lib : libraries()) {
     const UseLibrary use(lib);
@@ -153,7 +167,9 @@ TEST(Gemm, SameBitsAtAnyThreadCount) {
     const UseLibrary use(lib);
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-1, 1);
-    const std::int64_t m = 300, k = 500, n = 700;
+    // Deep enough that the depth is cut into slices too (gemm_tiles().chunks > 1).
+    const std::int64_t m = 300, k = 2500, n = 200;
+    ASSERT_GT(ktape::kernels::gemm_tiles(m, n, k).chunks, 1);
     std::vector<float> a(m * k), b(k * n);
     for (auto& v : a) v = u(rng);
     for (auto& v : b) v = u(rng);
@@ -181,18 +197,28 @@ TEST(Gemm, TilesFeedManyCoresWithoutGettingSmall) {
   };
   for (const Case& s :
        {Case{128, 256, 784}, Case{128, 512, 128}, Case{32, 512, 128}, Case{3584, 512, 28},
-        Case{1, 1, 1}, Case{5000, 5000, 5000}, Case{64, 64, 64}, Case{100, 3, 100000}}) {
+        Case{1, 1, 1}, Case{5000, 5000, 5000}, Case{64, 64, 64}, Case{100, 3, 100000},
+        Case{128, 512, 3584}, Case{28, 512, 3584}, Case{9, 32, 100352}, Case{128, 128, 1023}}) {
     const auto t = ktape::kernels::gemm_tiles(s.m, s.n, s.k);
-    const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
+    const std::int64_t depth = (s.k + t.chunks - 1) / t.chunks;
+    const std::int64_t tiles =
+        ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols) * t.chunks;
     const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
                              std::to_string(s.n) + ": tiles " + std::to_string(t.rows) + "x" +
-                             std::to_string(t.cols);
+                             std::to_string(t.cols) + " x " + std::to_string(t.chunks) + " slices";
+    // The depth is cut only in deep products, into slices of at least 512, a power of two.
+    EXPECT_GE(t.chunks, 1) << what;
+    EXPECT_EQ(t.chunks & (t.chunks - 1), 0) << what;
+    if (s.k < 1024) {
+      EXPECT_EQ(t.chunks, 1) << what;
+    }
+    EXPECT_GE(depth, std::min<std::int64_t>(s.k, 512)) << what;
     EXPECT_TRUE(t.rows >= 64 || t.rows == s.m) << what;
     EXPECT_TRUE(t.cols >= 64 || t.cols == s.n) << what;
     EXPECT_LE(t.rows, s.m) << what;
     EXPECT_LE(t.cols, s.n) << what;
     if (tiles > 1) {
-      EXPECT_GE(2.0 * t.rows * t.cols * s.k, double(1 << 20)) << what;
+      EXPECT_GE(2.0 * t.rows * t.cols * depth, double(1 << 20)) << what;
     }
     // Splitting stops at 64 tiles (one more halving may reach up to 4x that).
     EXPECT_LE(tiles, 256) << what;
@@ -200,7 +226,16 @@ TEST(Gemm, TilesFeedManyCoresWithoutGettingSmall) {
       EXPECT_GE(tiles, 64) << what;
     }
     if (s.m == 128 && s.n == 512) {
-      EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
+      EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product, and its hoisted dU
+    }
+    if (s.k == 3584) {
+      // A loop's hoisted weight gradient keeps tiles of 128 rows or all of them (64-row tiles
+      // re-pack the long panels) and gets its tasks from the depth.
+      EXPECT_TRUE(t.rows >= 128 || t.rows == s.m) << what;
+      EXPECT_GE(tiles, 16) << what;
+    }
+    if (s.k == 100352) {
+      EXPECT_GE(tiles, 32) << what;  // a thin product over a long batch still feeds many cores
     }
   }
 }

@@ -183,39 +183,85 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
 }
 
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
-  constexpr std::int64_t kMinSide = 64, kTargetTiles = 64;
-  constexpr double kMinTileFlops = 1 << 20;
+  constexpr std::int64_t kMinSide = 64, kDeepSide = 128, kTargetTasks = 64;
+  constexpr std::int64_t kDeep = 1024, kMinChunk = 512, kDeepTasks = 16;
+  constexpr double kMinTaskFlops = 1 << 20;
   auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
-  auto count = [](std::int64_t total, std::int64_t tile) { return (total + tile - 1) / tile; };
-  auto flops = [k](std::int64_t r, std::int64_t c) {
-    return 2.0 * static_cast<double>(r) * static_cast<double>(c) * static_cast<double>(k);
-  };
+  auto count = [](std::int64_t total, std::int64_t part) { return (total + part - 1) / part; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
-  while (count(m, t.rows) * count(n, t.cols) < kTargetTiles) {
-    const std::int64_t r = half(t.rows), c = half(t.cols);
-    const bool can_r = r >= kMinSide && r < t.rows && flops(r, t.cols) >= kMinTileFlops;
-    const bool can_c = c >= kMinSide && c < t.cols && flops(t.rows, c) >= kMinTileFlops;
-    if (can_r && (t.rows >= t.cols || !can_c))
-      t.rows = r;
-    else if (can_c)
-      t.cols = c;
-    else
-      break;
+  auto flops = [&](std::int64_t r, std::int64_t c, std::int64_t chunks) {
+    return 2.0 * static_cast<double>(r) * static_cast<double>(c) *
+           static_cast<double>(count(k, chunks));
+  };
+  auto tasks = [&] { return count(m, t.rows) * count(n, t.cols) * t.chunks; };
+  auto halve_sides = [&](std::int64_t min_side, std::int64_t target) {
+    while (tasks() < target) {
+      const std::int64_t r = half(t.rows), c = half(t.cols);
+      const bool can_r = r >= min_side && r < t.rows && flops(r, t.cols, t.chunks) >= kMinTaskFlops;
+      const bool can_c = c >= min_side && c < t.cols && flops(t.rows, c, t.chunks) >= kMinTaskFlops;
+      if (can_r && (t.rows >= t.cols || !can_c))
+        t.rows = r;
+      else if (can_c)
+        t.cols = c;
+      else
+        break;
+    }
+  };
+  if (k < kDeep) {
+    halve_sides(kMinSide, kTargetTasks);
+    return t;
   }
+  halve_sides(kDeepSide, kTargetTasks);
+  while (tasks() < kTargetTasks && k / (2 * t.chunks) >= kMinChunk &&
+         flops(t.rows, t.cols, 2 * t.chunks) >= kMinTaskFlops)
+    t.chunks *= 2;
+  halve_sides(kMinSide, kDeepTasks);
   return t;
+}
+
+std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
+                                  std::size_t elem_size) {
+  if (m <= 0 || n <= 0) return 0;
+  const GemmTiles t = gemm_tiles(m, n, k);
+  return static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
 }
 
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
-                   MatRef<const T> b, MatRef<T> c, bool accumulate) {
+                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch) {
   if (m <= 0 || n <= 0) return;
   const GemmTiles t = gemm_tiles(m, n, k);
   const std::int64_t tiles_m = (m + t.rows - 1) / t.rows, tiles_n = (n + t.cols - 1) / t.cols;
+  const std::int64_t chunks = t.chunks, depth = (k + chunks - 1) / chunks;
+  std::vector<T> own;
+  T* part = static_cast<T*>(scratch);
+  if (chunks > 1 && part == nullptr) {
+    own.resize(static_cast<std::size_t>((chunks - 1) * m * n));
+    part = own.data();
+  }
+  // Slice s > 0 of tile (i0, j0) goes to rows i0.. of partial-sum matrix s - 1 (row-major m x n).
+  parallel_slots(tiles_m * tiles_n * chunks, [&](std::int64_t task) {
+    const std::int64_t tile = task / chunks, s = task % chunks;
+    const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+    const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
+    const std::int64_t k0 = s * depth, kk = std::min(depth, k - k0);
+    const MatRef<const T> as{a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs};
+    const MatRef<const T> bs{b.p + k0 * b.rs + j0 * b.cs, b.rs, b.cs};
+    if (s == 0)
+      gemm<T>(mi, nj, kk, as, bs, {c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs}, accumulate);
+    else
+      gemm<T>(mi, nj, kk, as, bs, {part + (s - 1) * m * n + i0 * n + j0, n, 1}, false);
+  });
+  if (chunks == 1) return;
   parallel_slots(tiles_m * tiles_n, [&](std::int64_t tile) {
     const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
     const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
-    gemm<T>(mi, nj, k, {a.p + i0 * a.rs, a.rs, a.cs}, {b.p + j0 * b.cs, b.rs, b.cs},
-            {c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs}, accumulate);
+    for (std::int64_t i = i0; i < i0 + mi; ++i)
+      for (std::int64_t s = 1; s < chunks; ++s) {
+        const T* p = part + (s - 1) * m * n + i * n;
+        T* out = c.p + i * c.rs;
+        for (std::int64_t j = j0; j < j0 + nj; ++j) out[j * c.cs] += p[j];
+      }
   });
 }
 
@@ -236,8 +282,8 @@ template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                            MatRef<const double>, MatRef<double>, bool);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
-                                   MatRef<const float>, MatRef<float>, bool);
+                                   MatRef<const float>, MatRef<float>, bool, void*);
 template void parallel_gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
-                                    MatRef<const double>, MatRef<double>, bool);
+                                    MatRef<const double>, MatRef<double>, bool, void*);
 
 }  // namespace ktape::kernels

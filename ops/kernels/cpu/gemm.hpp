@@ -1,12 +1,12 @@
 // The cpu backend's GEMM: C = A B (or C += A B) on strided matrices, for float and double.
 // The serial kernel is BLIS's (Debian's libblis-serial, built with KTAPE_BLIS) or Eigen's;
-// oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm() cuts C into
-// 2-D tiles whose sizes depend only on the shape (never on the thread count: a tile's sums depend
-// on its extent in both libraries, and the same inputs give the same bits at any thread count).
+// oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm() splits the
+// work as gemm_tiles says.
 // Every matrix is (pointer, row stride, column stride); one of the two strides must be 1, so a
 // transpose is a swap of strides. Internal to the cpu kernels.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ktape::kernels {
@@ -32,17 +32,28 @@ template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
           MatRef<T> c, bool accumulate);
 
-// The same product, over oneTBB tasks (see gemm_tiles).
+// The same product, over oneTBB tasks (see gemm_tiles). A split depth needs partial sums:
+// `scratch` holds parallel_gemm_scratch(m, n, k, sizeof(T)) bytes aligned for T (a Function's
+// arena), or is null and the call allocates them.
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
-                   MatRef<const T> b, MatRef<T> c, bool accumulate);
+                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr);
 
-// The tiles of parallel_gemm: at least 64 x 64 (or the whole dimension), at least ~1 MFLOP,
-// and as many as it takes to reach 64 tiles, so that 16 to 64 cores have work.
+// The split of parallel_gemm, a function of the shape alone (never of the thread count: a
+// tile's sums depend on its extent in both libraries, so the same inputs give the same bits at
+// any thread count). Tiles of C are at least 64 x 64 (or the whole dimension) and ~1 MFLOP, as
+// many as it takes to reach 64 tasks, so that 16 to 64 cores have work. A deep product
+// (k >= 1024: a weight gradient summed over a long batch, a loop's hoisted weight gradient)
+// keeps its tiles at least 128 x 128 and cuts its depth into `chunks` slices of at least 512
+// (a power of two) instead; it goes down to 64-wide tiles only while it has fewer than 16 tasks.
+// 64-row tiles of such a product re-pack the long panels of the other operand: 10-18 % slower
+// at 128x3584x512 on 1 and 2 threads. The slices' products are summed into C in slice order.
 struct GemmTiles {
-  std::int64_t rows, cols;
+  std::int64_t rows, cols, chunks = 1;
 };
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
+std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
+                                  std::size_t elem_size);
 
 // The serial kernel: BLIS when the build has it (KTAPE_BLIS), else Eigen's. Benchmarks and tests
 // switch between the two; a switch while kernels run is not supported. false = not built in.

@@ -25,7 +25,7 @@ void matmul_kernel(const KernelCall& c) {
   MatRef<const T> B = row_major<const T>(ptr<T>(b), b_cols);
   if (matmul_attrs.ta) A = A.t();
   if (matmul_attrs.tb) B = B.t();
-  parallel_gemm<T>(m, n, k, A, B, row_major(ptr<T>(c.out), n), false);
+  parallel_gemm<T>(m, n, k, A, B, row_major(ptr<T>(c.out), n), false, c.scratch);
 }
 
 template <class T>
