@@ -32,6 +32,8 @@
   X(MaxPoolGradGrad) X(AvgPoolGrad) X(Pad)                                                  \
   /* state */                                                                               \
   X(Assign) X(Group)                                                                        \
+  /* collectives over processes (ops/collective.hpp) */                                     \
+  X(Allreduce)                                                                              \
   /* symbolic loops (ops/loops/scan.hpp) */                                                  \
   X(Scan) X(ScanPart) X(ScanEmbed)
 // clang-format on

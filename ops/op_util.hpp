@@ -60,6 +60,7 @@ void register_conv_ops();
 void register_pool_ops();
 void register_image_ops();
 void register_sparse_ops();
+void register_collective_ops();
 
 // Sparse tensors (ops/sparse.cpp): a SparseTensor node over its parts (indices (nnz, rank)
 // int64, values (nnz,), a zero-size carrier shaped (dense shape..., 0)), and the builders that

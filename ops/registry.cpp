@@ -20,6 +20,7 @@ void register_all_ops() {
   ops::register_pool_ops();
   ops::register_image_ops();
   ops::register_sparse_ops();
+  ops::register_collective_ops();
   register_loop_ops();
 }
 

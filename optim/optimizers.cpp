@@ -189,13 +189,24 @@ std::vector<Tensor> Optimizer::get_gradients(const Tensor& loss,
 }
 
 std::vector<Tensor> Optimizer::get_updates(const Tensor& loss, const std::vector<Tensor>& params) {
-  const std::vector<Tensor> grads = get_gradients(loss, params);
+  std::vector<Tensor> grads = get_gradients(loss, params);
+  if (gradient_transform_) {
+    grads = gradient_transform_(std::move(grads), params);
+    if (grads.size() != params.size())
+      throw ValueError("Optimizer::get_updates: the gradient transform returned " +
+                       std::to_string(grads.size()) + " gradients for " +
+                       std::to_string(params.size()) + " parameters");
+  }
   std::vector<Tensor> updates{K::update_add(iterations, K::constant(1.0, {.dtype = "int64"}))};
   std::vector<Tensor> weights{iterations};
   build(params, grads, updates, weights);
   updates_ = std::move(updates);
   weights_ = std::move(weights);
   return updates_;
+}
+
+void Optimizer::set_gradient_transform(GradientTransform transform) {
+  gradient_transform_ = std::move(transform);
 }
 
 std::vector<NDArray> Optimizer::get_weights() const { return K::batch_get_value(weights_); }

@@ -15,6 +15,7 @@
 /// forward-declares it: include <nlohmann/json.hpp> where you build or read a config.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -54,6 +55,14 @@ class Optimizer {
   /// the loss does not reach (a null gradient) is a ValueError with Keras's text, naming it.
   std::vector<Tensor> get_gradients(const Tensor& loss, const std::vector<Tensor>& params) const;
 
+  /// A rewrite of the gradients between get_gradients and the update rule, for the
+  /// get_updates calls that follow: ktape::distributed::distributed_optimizer installs one that
+  /// averages them over processes (Horovod's DistributedOptimizer, which also sees the clipped
+  /// gradients). It returns one tensor per parameter. An empty function removes it.
+  using GradientTransform = std::function<std::vector<Tensor>(std::vector<Tensor> grads,
+                                                              const std::vector<Tensor>& params)>;
+  void set_gradient_transform(GradientTransform transform);
+
   /// The update tensors of the last get_updates call (Keras's `self.updates`).
   const std::vector<Tensor>& updates() const { return updates_; }
   /// The state variables (empty until get_updates has run, as in Keras).
@@ -88,6 +97,7 @@ class Optimizer {
  private:
   std::vector<Tensor> updates_;
   std::vector<Tensor> weights_;
+  GradientTransform gradient_transform_;
 };
 
 // ---- SGD ----------------------------------------------------------------------------------

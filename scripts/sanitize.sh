@@ -10,9 +10,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS="${1:-60}"
 bash scripts/deps.sh --sanitizers
+# Without MPI: LeakSanitizer reports Open MPI's own allocations at exit. The MPI paths of
+# ktape/distributed (mpirun -np 2) are tested by the Release suite.
 CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-  -DKTAPE_SANITIZE=address,undefined -DKTAPE_FUZZ=ON -DKTAPE_BUILD_TESTS=ON -DKTAPE_BUILD_BENCH=OFF -DKTAPE_BLIS=OFF >/dev/null
+  -DKTAPE_SANITIZE=address,undefined -DKTAPE_FUZZ=ON -DKTAPE_BUILD_TESTS=ON -DKTAPE_BUILD_BENCH=OFF -DKTAPE_BLIS=OFF -DKTAPE_WITH_MPI=OFF >/dev/null
 cmake --build build-asan
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:strict_string_checks=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"

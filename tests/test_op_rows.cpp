@@ -39,7 +39,8 @@ std::vector<const OpRow*> all_rows() {
   for (const auto* fam : {&cached<core_rows>(), &cached<elementwise_rows>(),
                           &cached<reductions_rows>(), &cached<nn_rows>(), &cached<layout_rows>(),
                           &cached<control_rows>(), &cached<loops_rows>(), &cached<conv_rows>(),
-                          &cached<indexing_rows>(), &cached<ctc_rows>(), &cached<sparse_rows>()})
+                          &cached<indexing_rows>(), &cached<ctc_rows>(), &cached<sparse_rows>(),
+                          &cached<collective_rows>()})
     for (const OpRow& row : *fam) r.push_back(&row);
   return r;
 }
@@ -324,6 +325,7 @@ KTAPE_ROW_SUITES(Conv, cached<conv_rows>());
 KTAPE_ROW_SUITES(Indexing, cached<indexing_rows>());
 KTAPE_ROW_SUITES(Ctc, cached<ctc_rows>());
 KTAPE_ROW_SUITES(Sparse, cached<sparse_rows>());
+KTAPE_ROW_SUITES(Collective, cached<collective_rows>());
 
 // Families without rows for some suite instantiate it empty.
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(GradcheckReference);

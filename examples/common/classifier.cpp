@@ -8,11 +8,13 @@
 #include <numeric>
 #include <sstream>
 
+#include "distributed/distributed.hpp"
 #include "io/npz.hpp"
 
 namespace ktape::examples {
 
 namespace K = ktape::backend;
+namespace D = ktape::distributed;
 
 namespace {
 
@@ -176,16 +178,19 @@ Classifier::Classifier(const TrainConfig& c, ModelSpec spec)
   if (!(c.dropout >= 0 && c.dropout < 1))
     throw ValueError(who + "the dropout rate must be in [0, 1), got " + std::to_string(c.dropout));
   opt_ = make_optimizer(c.optimizer, lr);
+  // Under mpirun every rank averages its gradients with the others' inside the step.
+  if (D::size() > 1) D::distributed_optimizer(*opt_);
 
   std::vector<std::int64_t> dims{K::None};
   dims.insert(dims.end(), spec_.sample_shape.dims().begin(), spec_.sample_shape.dims().end());
   const auto x = K::placeholder(Shape(std::move(dims)), {.name = "images"});
   const auto t = K::placeholder({K::None}, {.dtype = "int32", .name = "labels"});
   // Dropout through the learning phase: a K::switch fed 1 by train_epoch and 0 by evaluate.
-  const std::uint64_t seed = c.seed;
+  // Each rank draws its own dropout masks (rank 0 draws those of one process).
+  const std::uint64_t seed = c.seed * 7 + 7919 * static_cast<std::uint64_t>(D::rank());
   const double rate = c.dropout;
   const Dropout drop = [=](const Tensor& h, std::uint64_t k) {
-    return K::in_train_phase([=] { return K::dropout(h, rate, {.seed = seed * 7 + k}); }, h);
+    return K::in_train_phase([=] { return K::dropout(h, rate, {.seed = seed + k}); }, h);
   };
   const Model m = spec_.build(x, drop);
   params_ = m.params;
@@ -194,6 +199,7 @@ Classifier::Classifier(const TrainConfig& c, ModelSpec spec)
   auto acc = K::mean(K::cast(K::equal(K::argmax(p, -1), K::cast(t, "int64")), "float32"));
   const auto lp = K::learning_phase();
   train_fn_ = K::function({x, t, lp}, {loss, acc}, opt_->get_updates(loss, params_));
+  if (D::size() > 1) D::broadcast_variables(params_);  // the same start on every rank
   eval_fn_ = K::function({x, t, lp}, {loss, acc});
   random_nodes_ = K::random_sources({loss, acc});
   train_full_ = {NDArray(), NDArray(), NDArray::scalar(1.0, DType::bool_)};
@@ -218,39 +224,52 @@ EpochStats Classifier::train_epoch(const data::Dataset& train, const BatchCallba
   order_.resize(static_cast<std::size_t>(n));
   std::iota(order_.begin(), order_.end(), 0);
   std::shuffle(order_.begin(), order_.end(), shuffle_rng_);
-  double loss = 0, acc = 0;
   const std::int64_t bs = train_cfg_.batch_size;
-  for (std::int64_t b = 0; b < n; b += bs) {
-    const std::int64_t e = std::min(n, b + bs);
+  // Under mpirun each rank takes its slice of every global batch of size() * bs samples.
+  D::shard_batches(order_, bs, shard_, batch_sizes_);
+  double loss = 0, acc = 0;
+  std::int64_t b = 0, seen = 0;
+  for (std::size_t step = 0; step < batch_sizes_.size(); ++step) {
+    const std::int64_t e = b + batch_sizes_[step];
     std::vector<NDArray>& ins = e - b == bs ? train_full_ : train_tail_;
-    gather_batch(train, spec_.sample_shape, order_.data(), b, e, ins);
+    gather_batch(train, spec_.sample_shape, shard_.data(), b, e, ins);
     train_fn_.run(ins, outs_);
     const double bl = outs_[0].item(0), ba = outs_[1].item(0);
     loss += bl * static_cast<double>(e - b);
     acc += ba * static_cast<double>(e - b);
-    if (on_batch) on_batch(e, bl, ba);
+    seen += e - b;
+    // Progress counts every rank's samples: the global batches done so far.
+    if (on_batch)
+      on_batch(std::min<std::int64_t>(n, static_cast<std::int64_t>(step + 1) * bs * D::size()), bl,
+               ba);
+    b = e;
   }
+  // The epoch's means over every rank's samples.
+  const std::vector<double> sums = D::allreduce({loss, acc, static_cast<double>(seen)});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double dn = static_cast<double>(std::max<std::int64_t>(n, 1));
-  return {loss / dn, acc / dn, secs};
+  const double dn = std::max(sums[2], 1.0);
+  return {sums[0] / dn, sums[1] / dn, secs};
 }
 
 EpochStats Classifier::evaluate(const data::Dataset& test) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::int64_t n = test.images.shape()[0];
+  // Under mpirun each rank evaluates a contiguous slice of the samples.
+  const std::int64_t all = test.images.shape()[0], ranks = D::size(), r = D::rank();
+  const std::int64_t from = all * r / ranks, to = all * (r + 1) / ranks;
   double loss = 0, acc = 0;
   const std::int64_t bs = 1000;
-  for (std::int64_t b = 0; b < n; b += bs) {
-    const std::int64_t e = std::min(n, b + bs);
+  for (std::int64_t b = from; b < to; b += bs) {
+    const std::int64_t e = std::min(to, b + bs);
     std::vector<NDArray>& ins = e - b == bs ? eval_full_ : eval_tail_;
     gather_batch(test, spec_.sample_shape, nullptr, b, e, ins);
     eval_fn_.run(ins, outs_);
     loss += outs_[0].item(0) * static_cast<double>(e - b);
     acc += outs_[1].item(0) * static_cast<double>(e - b);
   }
+  const std::vector<double> sums = D::allreduce({loss, acc});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double dn = static_cast<double>(std::max<std::int64_t>(n, 1));
-  return {loss / dn, acc / dn, secs};
+  const double dn = static_cast<double>(std::max<std::int64_t>(all, 1));
+  return {sums[0] / dn, sums[1] / dn, secs};
 }
 
 EpochResult Classifier::fit_epoch(const data::Dataset& train, const data::Dataset& val,

@@ -86,11 +86,18 @@ class Classifier {
   // One pass over `train` in a shuffled order drawn from the model's shuffle generator (a
   // std::mt19937_64 seeded with config.seed, advanced by every epoch). Allocates nothing per
   // batch beyond what `on_batch` does.
+  // Under mpirun (ktape/distributed, size() > 1) every rank shuffles the same way and takes its
+  // slice of each global batch of size() * batch_size samples (distributed::shard_batches);
+  // the optimizer averages the gradients over the ranks, so the weights follow those of one
+  // process with that global batch. The returned means are over every rank's samples;
+  // `on_batch` sees this rank's batch metrics and the samples of every rank done so far.
+  // Each rank draws its own dropout masks (rank 0 those of a single process).
   EpochStats train_epoch(const data::Dataset& train, const BatchCallback& on_batch = {});
   // Mean loss and accuracy in test mode (learning phase 0: no dropout), in batches of 1000.
   // K::switch computes both branches, so the dropout nodes still draw and their counters
   // advance (once per batch): evaluating changes the masks later training draws, exactly as
   // in the version of this example with hand-written SGD, whose numbers `sgd` reproduces.
+  // Under mpirun each rank evaluates its contiguous slice and the means are over all samples.
   EpochStats evaluate(const data::Dataset& test);
   // train_epoch, then evaluate on `val`, then one History record {loss, acc, val_loss, val_acc}
   // with the whole epoch's seconds; epochs_done() grows by one.
@@ -145,7 +152,7 @@ class Classifier {
   train::History history_;
   // Reused across batches and epochs, so a step allocates nothing: the shuffled order, the fed
   // arrays of full and last (shorter) batches, the outputs.
-  std::vector<std::int64_t> order_;
+  std::vector<std::int64_t> order_, shard_, batch_sizes_;
   std::vector<NDArray> train_full_, train_tail_, eval_full_, eval_tail_;
   std::vector<NDArray> outs_;
 };

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include "distributed/distributed.hpp"
 
 namespace ktape::examples {
 
@@ -138,6 +139,8 @@ RnnClassifier::RnnClassifier(const RnnConfig& c) : cfg_(c), rng_(c.seed) {
   if (c.lr) conf["lr"] = *c.lr;
   if (c.clipnorm) conf["clipnorm"] = *c.clipnorm;
   opt_ = optimizers::from_config({{"class_name", c.optimizer}, {"config", conf}});
+  // Under mpirun every rank averages its gradients with the others' inside the step.
+  if (distributed::size() > 1) distributed::distributed_optimizer(*opt_);
 
   const auto x = K::placeholder({K::None, T, F}, {.name = "images"});
   const auto t = K::placeholder({K::None}, {.dtype = "int32", .name = "labels"});
@@ -146,6 +149,7 @@ RnnClassifier::RnnClassifier(const RnnConfig& c) : cfg_(c), rng_(c.seed) {
   const auto acc = K::mean(K::cast(K::equal(K::argmax(p, -1), K::cast(t, "int64")), "float32"));
   train_fn_ = K::function({x, t}, {loss, acc}, opt_->get_updates(loss, params_));
   eval_fn_ = K::function({x, t}, {loss, acc});
+  if (distributed::size() > 1) distributed::broadcast_variables(params_);
 }
 
 RnnClassifier::~RnnClassifier() = default;
@@ -165,20 +169,28 @@ RnnEpochStats RnnClassifier::train_epoch(const data::Dataset& train,
   std::vector<std::int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   std::shuffle(idx.begin(), idx.end(), rng_);
+  // Under mpirun each rank takes its slice of every global batch (distributed::shard_batches).
+  std::vector<std::int64_t> shard, sizes;
+  distributed::shard_batches(idx, cfg_.batch_size, shard, sizes);
   NDArray xb, tb;
   double loss = 0, acc = 0;
-  const std::size_t bs = static_cast<std::size_t>(cfg_.batch_size);
-  for (std::size_t b = 0; b < n; b += bs) {
-    const std::size_t e = std::min(n, b + bs);
-    gather_batch(train, idx, b, e, cfg_.timesteps, cfg_.features, xb, tb);
+  std::size_t b = 0;
+  const auto global = static_cast<std::int64_t>(cfg_.batch_size) * distributed::size();
+  for (std::size_t step = 0; step < sizes.size(); ++step) {
+    const std::size_t e = b + static_cast<std::size_t>(sizes[step]);
+    gather_batch(train, shard, b, e, cfg_.timesteps, cfg_.features, xb, tb);
     train_fn_.run({xb, tb}, outs_);
     const double l = outs_[0].item(0), a = outs_[1].item(0);
     loss += l * static_cast<double>(e - b);
     acc += a * static_cast<double>(e - b);
-    if (on_batch) on_batch(static_cast<std::int64_t>(e), l, a);
+    if (on_batch)
+      on_batch(std::min(static_cast<std::int64_t>(n), static_cast<std::int64_t>(step + 1) * global),
+               l, a);
+    b = e;
   }
+  const std::vector<double> sums = distributed::allreduce({loss, acc, static_cast<double>(b)});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {loss / static_cast<double>(n), acc / static_cast<double>(n), secs};
+  return {sums[0] / sums[2], sums[1] / sums[2], secs};
 }
 
 RnnEpochStats RnnClassifier::evaluate(const data::Dataset& test) {
@@ -189,15 +201,20 @@ RnnEpochStats RnnClassifier::evaluate(const data::Dataset& test) {
   NDArray xb, tb;
   double loss = 0, acc = 0;
   const std::size_t bs = 1000;
-  for (std::size_t b = 0; b < n; b += bs) {
-    const std::size_t e = std::min(n, b + bs);
+  // Under mpirun each rank evaluates a contiguous slice; the means are over every sample.
+  const auto ranks = static_cast<std::size_t>(distributed::size());
+  const auto r = static_cast<std::size_t>(distributed::rank());
+  const std::size_t from = n * r / ranks, to = n * (r + 1) / ranks;
+  for (std::size_t b = from; b < to; b += bs) {
+    const std::size_t e = std::min(to, b + bs);
     gather_batch(test, idx, b, e, cfg_.timesteps, cfg_.features, xb, tb);
     eval_fn_.run({xb, tb}, outs_);
     loss += outs_[0].item(0) * static_cast<double>(e - b);
     acc += outs_[1].item(0) * static_cast<double>(e - b);
   }
+  const std::vector<double> sums = distributed::allreduce({loss, acc});
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return {loss / static_cast<double>(n), acc / static_cast<double>(n), secs};
+  return {sums[0] / static_cast<double>(n), sums[1] / static_cast<double>(n), secs};
 }
 
 }  // namespace ktape::examples

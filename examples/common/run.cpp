@@ -1,7 +1,12 @@
 #include "examples/common/run.hpp"
 
+#include <unistd.h>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+
+#include "distributed/distributed.hpp"
 
 #include "train/progbar.hpp"
 #include "train/svg_plot.hpp"
@@ -23,37 +28,63 @@ int run_classifier(const std::string& program, const RunFlags& run,
                    const std::function<std::unique_ptr<Classifier>()>& make,
                    const std::function<std::string(const Classifier&)>& describe,
                    const std::string& plot_title) {
+  namespace D = ktape::distributed;
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
+    // Under mpirun: one rank per process, rank 0 alone prints and writes files.
+    D::init();
+    const bool lead = D::rank() == 0;
+    std::ostringstream quiet;
+    std::ostream& out = lead ? std::cout : quiet;
     if (run.threads > 0) ktape::set_num_threads(run.threads);
     // Output paths fail now, not after the first epoch has trained.
-    if (!run.save_path.empty()) T::check_writable("--save", run.save_path);
-    if (!run.history_path.empty()) T::check_writable("--history", run.history_path);
-    if (!run.plot_path.empty()) T::check_writable("--plot", run.plot_path);
+    if (lead && !run.save_path.empty()) T::check_writable("--save", run.save_path);
+    if (lead && !run.history_path.empty()) T::check_writable("--history", run.history_path);
+    if (lead && !run.plot_path.empty()) T::check_writable("--plot", run.plot_path);
     const auto train = data::load_fashion_mnist(run.data_dir, "train", run.limit);
     const auto test = data::load_fashion_mnist(run.data_dir, "t10k", run.limit);
     const std::int64_t n = train.images.shape()[0];
-    std::cout << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
-              << " test samples; backend " << K::backend() << '\n';
+    out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
+        << " test samples; backend " << K::backend() << '\n';
+    if (D::size() > 1)
+      out << D::size() << " processes (MPI), each on its slice of every global batch of "
+          << D::size() << " x --batch-size samples\n";
     const auto model = make();
     if (!run.load_path.empty()) {
-      model->load_checkpoint(run.load_path);
-      std::cout << "Resumed from " << run.load_path << " after epoch " << model->epochs_done()
-                << '\n';
+      if (D::size() > 1) {
+        // Rank 0 reads the checkpoint and sends it: the file need not exist on other machines.
+        const std::string bytes = D::broadcast_file(run.load_path);
+        if (lead) {
+          model->load_checkpoint(run.load_path);
+        } else {
+          const std::string local = "/tmp/ktape_checkpoint_" + std::to_string(::getpid()) + ".npz";
+          std::ofstream(local, std::ios::binary) << bytes;
+          try {
+            model->load_checkpoint(local);
+          } catch (...) {
+            std::remove(local.c_str());
+            throw;
+          }
+          std::remove(local.c_str());
+        }
+      } else {
+        model->load_checkpoint(run.load_path);
+      }
+      out << "Resumed from " << run.load_path << " after epoch " << model->epochs_done() << '\n';
     }
-    std::cout << describe(*model) << '\n';
-    std::cout.flush();
+    out << describe(*model) << '\n';
+    out.flush();
     if (model->epochs_done() >= run.epochs && run.epochs > 0)
-      std::cout << "The checkpoint is already at epoch " << model->epochs_done() << " of "
-                << run.epochs << "; nothing to train.\n";
+      out << "The checkpoint is already at epoch " << model->epochs_done() << " of " << run.epochs
+          << "; nothing to train.\n";
 
     T::Metrics batch_metrics{{"loss", 0.0}, {"acc", 0.0}};  // reused: no allocation per batch
     double val_acc = 0;
     bool trained = false;
     for (int e = model->epochs_done() + 1; e <= run.epochs; ++e) {
-      T::print_epoch_header(std::cout, e, run.epochs);
-      T::Progbar bar(n);
+      T::print_epoch_header(out, e, run.epochs);
+      T::Progbar bar(n, out, lead && ::isatty(STDOUT_FILENO) != 0);
       double last_loss = 0, last_acc = 0;
       const auto r = model->fit_epoch(train, test, [&](std::int64_t done, double loss, double acc) {
         if (done < n) {
@@ -71,17 +102,23 @@ int run_classifier(const std::string& program, const RunFlags& run,
                      {"val_acc", r.val.acc}});
       val_acc = r.val.acc;
       trained = true;
+      if (!lead) continue;
       if (!run.save_path.empty()) model->save_checkpoint(run.save_path);
       if (!run.history_path.empty()) model->history().write_csv(run.history_path);
       if (!run.plot_path.empty()) T::write_history_svg(model->history(), run.plot_path, plot_title);
     }
     if (!trained) val_acc = model->evaluate(test).acc;
-    std::printf("Final test accuracy: %.4f\n", val_acc);
+    if (lead) std::printf("Final test accuracy: %.4f\n", val_acc);
+    D::finalize();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "%s: error: out of memory\n", program.c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
+    // Under mpirun, a rank that returns early ends the job (mpirun stops the others).
+    if (D::size() > 1)
+      std::fprintf(stderr, "%s (rank %d): error: %s\n", program.c_str(), D::rank(), e.what());
+    else
+      std::fprintf(stderr, "%s: error: %s\n", program.c_str(), e.what());
     return 1;
   }
   return 0;

@@ -4,11 +4,14 @@
 //   fashion_rnn [--cell lstm|gru] [--hidden 128] [--optimizer adam] [--lr X] [--clipnorm X]
 //               [--epochs 10] [--batch-size 128] [--unroll] [--seed 1] [--limit N]
 //               [--data-dir /usr/share/datasets/fashion-mnist]
+#include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 
+#include "distributed/distributed.hpp"
 #include "examples/common/rnn_model.hpp"
 #include "train/flags.hpp"
 #include "train/progbar.hpp"
@@ -54,30 +57,43 @@ int main(int argc, char** argv) {
   flags.integer("--threads", threads, 0, 4096);
   flags.text("--data-dir", data_dir);
   flags.parse(argc, argv);
+  namespace D = ktape::distributed;
   try {
     namespace K = ktape::backend;
     namespace T = ktape::train;
+    // Under mpirun: one rank per process, each on its slice of every global batch; rank 0
+    // alone prints.
+    D::init();
+    const bool lead = D::rank() == 0;
+    std::ostringstream quiet;
+    std::ostream& out = lead ? std::cout : quiet;
     if (threads > 0) ktape::set_num_threads(threads);
     K::set_random_seed(cfg.seed);
     const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
     const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);
     const std::int64_t n = train.images.shape()[0];
-    std::cout << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
-              << " test samples; backend " << K::backend() << '\n';
+    out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
+        << " test samples; backend " << K::backend() << '\n';
+    if (D::size() > 1)
+      out << D::size() << " processes (MPI), each on its slice of every global batch of "
+          << D::size() << " x --batch-size samples\n";
     ktape::examples::RnnClassifier model(cfg);
-    std::printf(
+    char line[512];
+    std::snprintf(
+        line, sizeof line,
         "%s(%d) over 28 steps of 28 features -> dense 10 (%lld parameters), %s, %s lr %g%s,"
         " batch %d\n",
         cfg.cell == "lstm" ? "LSTM" : "GRU", cfg.hidden, static_cast<long long>(model.num_params()),
         cfg.unroll ? "unrolled" : "symbolic loop", cfg.optimizer.c_str(), model.lr(),
         cfg.clipnorm ? (" clipnorm " + std::to_string(*cfg.clipnorm)).c_str() : "", cfg.batch_size);
-    std::fflush(stdout);
+    out << line;
+    out.flush();
 
     T::Metrics batch_metrics{{"loss", 0.0}, {"acc", 0.0}};
     ktape::examples::RnnEpochStats val;
     for (int e = 1; e <= epochs; ++e) {
-      T::print_epoch_header(std::cout, e, epochs);
-      T::Progbar bar(n);
+      T::print_epoch_header(out, e, epochs);
+      T::Progbar bar(n, out, lead && ::isatty(STDOUT_FILENO) != 0);
       double last_loss = 0, last_acc = 0;
       const auto st = model.train_epoch(train, [&](std::int64_t done, double loss, double acc) {
         if (done < n) {
@@ -93,19 +109,24 @@ int main(int argc, char** argv) {
       bar.update(
           n,
           {{"loss", last_loss}, {"acc", last_acc}, {"val_loss", val.loss}, {"val_acc", val.acc}});
-      std::printf(
-          "  epoch %d: train %.1fs, test %.1fs - loss: %.4f - acc: %.4f - test_loss: %.4f"
-          " - test_acc: %.4f\n",
-          e, st.seconds, val.seconds, st.loss, st.acc, val.loss, val.acc);
-      std::fflush(stdout);
+      std::snprintf(line, sizeof line,
+                    "  epoch %d: train %.1fs, test %.1fs - loss: %.4f - acc: %.4f - test_loss: %.4f"
+                    " - test_acc: %.4f\n",
+                    e, st.seconds, val.seconds, st.loss, st.acc, val.loss, val.acc);
+      out << line;
+      out.flush();
     }
     if (epochs == 0) val = model.evaluate(test);
-    std::printf("Final test accuracy: %.4f\n", val.acc);
+    if (lead) std::printf("Final test accuracy: %.4f\n", val.acc);
+    D::finalize();
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "fashion_rnn: error: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_rnn: error: %s\n", e.what());
+    if (D::size() > 1)
+      std::fprintf(stderr, "fashion_rnn (rank %d): error: %s\n", D::rank(), e.what());
+    else
+      std::fprintf(stderr, "fashion_rnn: error: %s\n", e.what());
     return 1;
   }
   return 0;

@@ -432,5 +432,6 @@ std::vector<OpRow> conv_rows();
 std::vector<OpRow> indexing_rows();
 std::vector<OpRow> ctc_rows();
 std::vector<OpRow> sparse_rows();
+std::vector<OpRow> collective_rows();
 
 }  // namespace ktape::op_rows
