@@ -27,8 +27,10 @@ namespace K = ktape::backend;
 namespace {
 
 struct State {
-  bool mpi = false;  // MPI started by init
+  bool mpi = false;      // init set up the group on MPI
+  bool started = false;  // ... and started MPI itself (else the program had)
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
+  double timeout = 300;  // timeout_seconds() when init ran
 };
 State g_state;
 std::mutex g_mu;  // one collective at a time, and init/finalize
@@ -61,9 +63,9 @@ MPI_Datatype mpi_type(DType d) {
 void wait(MPI_Request& req, const std::string& what) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
-  const auto limit = std::chrono::duration<double>(timeout_seconds());
+  const auto limit = std::chrono::duration<double>(g_state.timeout);
   int done = 0;
-  for (int polls = 0;; ++polls) {
+  for (std::int64_t polls = 0;; ++polls) {
     MPI_Test(&req, &done, MPI_STATUS_IGNORE);
     if (done) return;
     if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -72,7 +74,7 @@ void wait(MPI_Request& req, const std::string& what) {
                    "%s: %s had no answer from every rank within %g s "
                    "(KTAPE_DISTRIBUTED_TIMEOUT): a rank has died or stopped calling the "
                    "training step. Aborting every rank.\n",
-                   where().c_str(), what.c_str(), timeout_seconds());
+                   where().c_str(), what.c_str(), g_state.timeout);
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 70);
     }
@@ -90,6 +92,21 @@ void in_pieces(std::int64_t count, std::size_t elem, char* p, F f) {
 void sum_in_place(void* data, std::int64_t count, DType dtype) {
   const MPI_Datatype t = mpi_type(dtype);
   const std::lock_guard lock(g_mu);
+  // First every rank's count and dtype, in one small collective (max of x and of -x gives the
+  // largest and the smallest): ranks that disagree would otherwise sum unrelated data, or
+  // truncate. All ranks see the same extremes, so all throw together.
+  std::int64_t shape[4] = {count, -count, static_cast<std::int64_t>(dtype),
+                           -static_cast<std::int64_t>(dtype)};
+  MPI_Request check;
+  MPI_Iallreduce(MPI_IN_PLACE, shape, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &check);
+  wait(check, "an allreduce's size check");
+  if (shape[0] != -shape[1] || shape[2] != -shape[3])
+    throw ValueError(where() + ": an allreduce got " + std::to_string(count) + " " +
+                     std::string(dtype_name(dtype)) + " values here, but between " +
+                     std::to_string(-shape[1]) + " and " + std::to_string(shape[0]) +
+                     " values (or another dtype) on other ranks: every rank must reduce tensors "
+                     "of one shape and dtype (are the ranks fed batches of different sizes to a "
+                     "reduction of per-sample values?)");
   in_pieces(count, dtype_size(dtype), static_cast<char*>(data), [&](char* p, int n) {
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, p, n, t, MPI_SUM, MPI_COMM_WORLD, &req);
@@ -107,10 +124,21 @@ void bcast_bytes(void* data, std::int64_t bytes, int root, const std::string& wh
   });
 }
 
+// Whether `flag` holds on any rank.
+bool any_rank(bool flag, const char* what) {
+  int v = flag ? 1 : 0;
+  const std::lock_guard lock(g_mu);
+  MPI_Request req;
+  MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+  wait(req, std::string(what) + " (the check of every rank)");
+  return v != 0;
+}
+
 #else
 
 void sum_in_place(void*, std::int64_t, DType) {}
 void bcast_bytes(void*, std::int64_t, int, const std::string&) {}
+bool any_rank(bool flag, const char*) { return flag; }
 
 #endif
 
@@ -129,7 +157,9 @@ void check_root(int root, const char* fn) {
                      " is not a rank of " + std::to_string(g_state.size));
 }
 
-// Every rank's description of its arrays must equal root's: root's is broadcast and compared.
+// Every rank's description of its arrays must equal root's: root's is broadcast and compared,
+// and whether any rank differs is reduced, so that every rank throws (none goes on to the next
+// collective alone).
 void check_same_everywhere(const std::vector<std::int64_t>& mine, int root, const char* fn,
                            const std::vector<std::string>& names) {
   std::int64_t n = static_cast<std::int64_t>(mine.size());
@@ -137,14 +167,14 @@ void check_same_everywhere(const std::vector<std::int64_t>& mine, int root, cons
   std::vector<std::int64_t> theirs(static_cast<std::size_t>(n));
   if (g_state.rank == root) theirs = mine;
   bcast_bytes(theirs.data(), n * 8, root, std::string(fn) + " (shapes)");
-  if (theirs != mine) {
-    std::string which;
-    for (const auto& s : names) which += (which.empty() ? "" : ", ") + s;
-    throw ValueError("ktape::distributed::" + std::string(fn) + ": rank " +
-                     std::to_string(g_state.rank) +
-                     "'s arrays differ in number, shape or dtype from root " +
-                     std::to_string(root) + "'s (this rank has: " + which + ")");
-  }
+  const bool differs = theirs != mine;
+  if (!any_rank(differs, fn)) return;
+  std::string which;
+  for (const auto& s : names) which += (which.empty() ? "" : ", ") + s;
+  throw ValueError("ktape::distributed::" + std::string(fn) + ": the ranks' arrays differ in " +
+                   "number, shape or dtype from root " + std::to_string(root) + "'s (rank " +
+                   std::to_string(g_state.rank) + (differs ? " differs" : " matches") +
+                   "; it has: " + which + ")");
 }
 
 std::vector<std::int64_t> describe(const NDArray& a) {
@@ -158,14 +188,19 @@ std::vector<std::int64_t> describe(const NDArray& a) {
 int init() {
 #if KTAPE_WITH_MPI
   const std::lock_guard lock(g_mu);
-  int started = 0;
+  int started = 0, ended = 0;
   MPI_Initialized(&started);
+  MPI_Finalized(&ended);
   if (g_state.mpi || !launched_by_mpi()) return g_state.size;
+  if (ended) throw Error("ktape::distributed::init: MPI was finalized; it cannot start again");
+  const double timeout = timeout_seconds();  // a bad value throws before anything starts
   if (!started) {
     int provided = 0;
     MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   }
   g_state.mpi = true;
+  g_state.started = !started;
+  g_state.timeout = timeout;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_state.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_state.size);
   MPI_Comm local;
@@ -184,7 +219,7 @@ void finalize() {
   const std::lock_guard lock(g_mu);
   int ended = 0;
   MPI_Finalized(&ended);
-  if (!ended) MPI_Finalize();
+  if (!ended && g_state.started) MPI_Finalize();
   g_state = State{};
 #endif
 }
@@ -265,8 +300,7 @@ NDArray allreduce(const NDArray& x, ReduceOp op) {
                     std::string(dtype_name(x.dtype())));
   NDArray out = x.clone();
   if (g_state.size == 1) return out;
-  check_same_everywhere(describe(x), 0, "allreduce", {x.shape().str()});
-  sum_in_place(out.raw_data(), out.size(), out.dtype());
+  sum_in_place(out.raw_data(), out.size(), out.dtype());  // checks every rank's count and dtype
   if (op == ReduceOp::average) {
     const double f = 1.0 / g_state.size;
     if (out.dtype() == DType::float32)
@@ -333,12 +367,14 @@ optimizers::Optimizer& distributed_optimizer(optimizers::Optimizer& opt,
 }
 
 void shard_batches(const std::vector<std::int64_t>& order, std::int64_t batch,
-                   std::vector<std::int64_t>& shard, std::vector<std::int64_t>& batches) {
+                   std::vector<std::int64_t>& shard, std::vector<std::int64_t>& batches,
+                   std::vector<double>* weights) {
   if (batch <= 0)
     throw ValueError("ktape::distributed::shard_batches: batch must be positive, got " +
                      std::to_string(batch));
   shard.clear();
   batches.clear();
+  if (weights) weights->clear();
   const auto n = static_cast<std::int64_t>(order.size());
   const std::int64_t ranks = g_state.size, r = g_state.rank, global = ranks * batch;
   for (std::int64_t start = 0; start < n; start += global) {
@@ -350,6 +386,7 @@ void shard_batches(const std::vector<std::int64_t>& order, std::int64_t batch,
     const std::int64_t count = base + (r < extra ? 1 : 0);
     shard.insert(shard.end(), order.begin() + from, order.begin() + from + count);
     batches.push_back(count);
+    if (weights) weights->push_back(static_cast<double>(count * ranks) / static_cast<double>(len));
   }
 }
 

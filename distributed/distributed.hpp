@@ -88,14 +88,17 @@ std::unique_ptr<optimizers::Optimizer> distributed_optimizer(
 optimizers::Optimizer& distributed_optimizer(optimizers::Optimizer& opt,
                                              const DistributedOptions& options = {});
 
-/// The first `count` positions of `order` that are this rank's when `order` is cut into global
-/// batches of `size() * batch` samples and each global batch into size() equal slices: rank r
-/// takes slice r of every batch, so that N ranks with batch b see, step by step, the samples of
-/// one process with batch N * b. A last global batch of L < N * b samples is split as evenly as
-/// possible (slices differ by at most one sample); when L < N it is dropped on every rank (a
-/// rank needs a sample to take a step). The shard is written to `shard` (cleared first), and
-/// the per-rank batch sizes of each step to `batches`.
+/// This rank's part of `order` when it is cut into global batches of size() * batch samples and
+/// each global batch into size() slices: rank r takes slice r of every batch, so that N ranks
+/// with batch b see, step by step, the samples of one process with batch N * b. A last global
+/// batch of L < N * b samples is split as evenly as possible (slices differ by at most one
+/// sample); when L < N it is dropped on every rank (a rank needs a sample to take a step). The
+/// shard goes to `shard` (cleared first) and the per-step slice sizes to `batches`. `weights`,
+/// if given, gets each step's loss weight count * N / L (1 for full batches): a rank that
+/// multiplies its mean loss by it makes the averaged gradient the mean over all L samples even
+/// when the slices differ in size.
 void shard_batches(const std::vector<std::int64_t>& order, std::int64_t batch,
-                   std::vector<std::int64_t>& shard, std::vector<std::int64_t>& batches);
+                   std::vector<std::int64_t>& shard, std::vector<std::int64_t>& batches,
+                   std::vector<double>* weights = nullptr);
 
 }  // namespace ktape::distributed

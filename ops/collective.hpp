@@ -25,7 +25,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   /// Replaces data[0..count) (float32 or float64) by its elementwise sum over every process of
-  /// the group; every process calls it with the same count and dtype.
+  /// the group; every process calls it with the same count and dtype (ValueError on every
+  /// process when they differ).
   virtual void allreduce_sum(void* data, std::int64_t count, DType dtype) const = 0;
 };
 

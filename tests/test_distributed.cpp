@@ -116,6 +116,28 @@ TEST(Distributed, AllreduceInsideAFunctionAndItsGradient) {
   EXPECT_DOUBLE_EQ(o[2].item(), 2 * n);
 }
 
+TEST(Distributed, RanksReducingDifferentSizesAllGetAValueError) {
+  // Rank r feeds 3 + r values: with 2 ranks the counts differ, and every rank must throw (none
+  // sums unrelated data or waits forever); the group works normally afterwards.
+  auto x = K::placeholder(Shape{K::None}, {.dtype = "float64"});
+  auto f =
+      K::function(std::vector<Tensor>{x}, std::vector<Tensor>{D::allreduce(x, D::ReduceOp::sum)});
+  const std::vector<NDArray> in{NDArray::full(Shape{3 + D::rank()}, 1, DType::float64)};
+  if (D::size() == 1) {
+    EXPECT_EQ(f(in)[0].item(2), 1.0);
+  } else {
+    try {
+      (void)f(in);
+      ADD_FAILURE() << "no error on rank " << D::rank();
+    } catch (const ktape::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("every rank must reduce tensors of one shape"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(D::allreduce(std::vector<double>{1})[0], D::size());
+}
+
 // A 6-4-3 softmax classifier on a fixed data set of 8 * N samples: N ranks with batch b = 2 and
 // the distributed optimizer against one process with batch 2N (the plain optimizer), after 5
 // steps. Float64 throughout, so only the summation order differs.
@@ -141,8 +163,10 @@ Net make_net(const std::string& tag) {
 
 void expect_distributed_matches_global_batch(std::unique_ptr<O::Optimizer> dist,
                                              std::unique_ptr<O::Optimizer> single) {
+  // 5 full global batches of 2N samples, then N + 1 samples: with 2 ranks the last one splits
+  // 2 + 1, and the loss weights (4/3 and 2/3) must make it the mean over the 3 samples.
   const int n = D::size(), r = D::rank(), b = 2, steps = 5;
-  const std::int64_t samples = static_cast<std::int64_t>(steps) * b * n;
+  const std::int64_t samples = static_cast<std::int64_t>(steps) * b * n + n + 1;
   NDArray xs(Shape{samples, 6}, DType::float64);
   NDArray ts(Shape{samples}, DType::int32);
   for (std::int64_t i = 0; i < samples; ++i) {
@@ -151,22 +175,34 @@ void expect_distributed_matches_global_batch(std::unique_ptr<O::Optimizer> dist,
   }
   Net md = make_net("dist_"), ms = make_net("single_");
   D::distributed_optimizer(*dist);
-  auto fd = K::function(std::vector<Tensor>{md.x, md.t}, std::vector<Tensor>{md.loss},
-                        dist->get_updates(md.loss, md.params));
+  auto w = K::placeholder(Shape{}, {.dtype = "float64"});
+  auto fd = K::function(std::vector<Tensor>{md.x, md.t, w}, std::vector<Tensor>{md.loss},
+                        dist->get_updates(md.loss * w, md.params));
   auto fs = K::function(std::vector<Tensor>{ms.x, ms.t}, std::vector<Tensor>{ms.loss},
                         single->get_updates(ms.loss, ms.params));
   D::broadcast_variables(md.params);
-  auto rows = [&](std::int64_t from, std::int64_t count) {
+  auto rows = [&](const std::int64_t* which, std::int64_t count) {
     NDArray x(Shape{count, 6}, DType::float64);
     NDArray t(Shape{count}, DType::int32);
-    std::copy_n(xs.data<double>() + from * 6, count * 6, x.data<double>());
-    std::copy_n(ts.data<std::int32_t>() + from, count, t.data<std::int32_t>());
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::copy_n(xs.data<double>() + which[i] * 6, 6, x.data<double>() + i * 6);
+      t.data<std::int32_t>()[i] = ts.data<std::int32_t>()[which[i]];
+    }
     return std::vector<NDArray>{x, t};
   };
-  for (int s = 0; s < steps; ++s) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(samples)), shard, batches;
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> weights;
+  D::shard_batches(order, b, shard, batches, &weights);
+  ASSERT_EQ(batches.size(), static_cast<std::size_t>(steps + 1));
+  std::int64_t at = 0;
+  for (std::size_t s = 0; s < batches.size(); ++s) {
+    auto in = rows(shard.data() + at, batches[s]);
+    in.push_back(NDArray::scalar(weights[s], DType::float64));
+    (void)fd(in);
+    at += batches[s];
     const std::int64_t start = static_cast<std::int64_t>(s) * b * n;
-    (void)fd(rows(start + static_cast<std::int64_t>(r) * b, b));
-    (void)fs(rows(start, static_cast<std::int64_t>(b) * n));
+    (void)fs(rows(order.data() + start, std::min<std::int64_t>(b * n, samples - start)));
   }
   for (std::size_t i = 0; i < md.params.size(); ++i) {
     const NDArray got = K::get_value(md.params[i]), want = K::get_value(ms.params[i]);
@@ -213,6 +249,12 @@ TEST(Distributed, ShardsAreSlicesOfEachGlobalBatch) {
     EXPECT_EQ(shard, (r == 0 ? std::vector<std::int64_t>{100, 101, 104, 105, 108, 109}
                              : std::vector<std::int64_t>{102, 103, 106, 107, 110}));
   }
+  // Loss weights count * N / L: 1 for full batches; 2 * 2 / 3 and 1 * 2 / 3 for the last split.
+  std::vector<double> weights;
+  D::shard_batches(order, 2, shard, batches, &weights);
+  ASSERT_EQ(weights.size(), batches.size());
+  for (std::size_t i = 0; i + 1 < weights.size(); ++i) EXPECT_EQ(weights[i], 1.0);
+  EXPECT_DOUBLE_EQ(weights.back(), n == 1 ? 1.0 : (r == 0 ? 4.0 / 3 : 2.0 / 3));
   // 2N + N - 1 samples: one global batch, then N - 1 samples, fewer than the ranks, dropped
   // everywhere (with one rank there is nothing left over).
   D::shard_batches(std::vector<std::int64_t>(static_cast<std::size_t>(2 * n + n - 1), 0), 2, shard,
@@ -222,7 +264,12 @@ TEST(Distributed, ShardsAreSlicesOfEachGlobalBatch) {
 }
 
 TEST(Distributed, BroadcastFileSendsRootsBytes) {
-  const std::string path = "/tmp/ktape_test_distributed_" + std::to_string(D::rank()) + ".bin";
+  // Named by size and rank: the one-process run and the 2-rank run may run at once.
+  auto name = [](int rank) {
+    return "/tmp/ktape_test_distributed_" + std::to_string(D::size()) + "_" + std::to_string(rank) +
+           ".bin";
+  };
+  const std::string path = name(D::rank());
   {
     std::FILE* f = std::fopen(path.c_str(), "wb");
     ASSERT_NE(f, nullptr);
@@ -231,7 +278,7 @@ TEST(Distributed, BroadcastFileSendsRootsBytes) {
     std::fclose(f);
   }
   // Every rank names its own file; root 0's content arrives everywhere.
-  EXPECT_EQ(D::broadcast_file("/tmp/ktape_test_distributed_0.bin"), "rank 0");
+  EXPECT_EQ(D::broadcast_file(name(0)), "rank 0");
   EXPECT_THROW((void)D::broadcast_file("/nonexistent/ktape/file"), ktape::IOError);
   D::barrier();
   std::remove(path.c_str());
@@ -241,12 +288,15 @@ TEST(Distributed, Errors) {
   EXPECT_THROW((void)D::distributed_optimizer(std::unique_ptr<O::Optimizer>()), ktape::ValueError);
   O::SGD sgd;
   EXPECT_THROW((void)D::distributed_optimizer(sgd, {.bucket_bytes = 0}), ktape::ValueError);
+  const char* outside = std::getenv("KTAPE_DISTRIBUTED_TIMEOUT");
+  const std::string saved = outside ? outside : "";
   ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", "soon", 1);
   EXPECT_THROW((void)D::timeout_seconds(), ktape::ValueError);
   ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", "2.5", 1);
   EXPECT_DOUBLE_EQ(D::timeout_seconds(), 2.5);
   ::unsetenv("KTAPE_DISTRIBUTED_TIMEOUT");
   EXPECT_DOUBLE_EQ(D::timeout_seconds(), 300);
+  if (outside) ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", saved.c_str(), 1);
 }
 
 }  // namespace

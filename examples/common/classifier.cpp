@@ -186,7 +186,7 @@ Classifier::Classifier(const TrainConfig& c, ModelSpec spec)
   const auto x = K::placeholder(Shape(std::move(dims)), {.name = "images"});
   const auto t = K::placeholder({K::None}, {.dtype = "int32", .name = "labels"});
   // Dropout through the learning phase: a K::switch fed 1 by train_epoch and 0 by evaluate.
-  // Each rank draws its own dropout masks (rank 0 draws those of one process).
+  // Each rank draws its own dropout masks.
   const std::uint64_t seed = c.seed * 7 + 7919 * static_cast<std::uint64_t>(D::rank());
   const double rate = c.dropout;
   const Dropout drop = [=](const Tensor& h, std::uint64_t k) {
@@ -198,11 +198,19 @@ Classifier::Classifier(const TrainConfig& c, ModelSpec spec)
   auto loss = K::mean(K::sparse_categorical_crossentropy(t, p));
   auto acc = K::mean(K::cast(K::equal(K::argmax(p, -1), K::cast(t, "int64")), "float32"));
   const auto lp = K::learning_phase();
-  train_fn_ = K::function({x, t, lp}, {loss, acc}, opt_->get_updates(loss, params_));
+  if (D::size() == 1) {
+    train_fn_ = K::function({x, t, lp}, {loss, acc}, opt_->get_updates(loss, params_));
+  } else {
+    // Each rank's mean loss is weighted by count * N / L (distributed::shard_batches), so the
+    // averaged gradient of a last global batch split unevenly is still the mean over it.
+    const auto w = K::placeholder(Shape{}, {.name = "loss_weight"});
+    train_fn_ = K::function({x, t, lp, w}, {loss, acc}, opt_->get_updates(loss * w, params_));
+  }
   if (D::size() > 1) D::broadcast_variables(params_);  // the same start on every rank
   eval_fn_ = K::function({x, t, lp}, {loss, acc});
   random_nodes_ = K::random_sources({loss, acc});
   train_full_ = {NDArray(), NDArray(), NDArray::scalar(1.0, DType::bool_)};
+  if (D::size() > 1) train_full_.push_back(NDArray::scalar(1.0));  // the loss weight
   train_tail_ = train_full_;
   eval_full_ = {NDArray(), NDArray(), NDArray::scalar(0.0, DType::bool_)};
   eval_tail_ = eval_full_;
@@ -226,22 +234,26 @@ EpochStats Classifier::train_epoch(const data::Dataset& train, const BatchCallba
   std::shuffle(order_.begin(), order_.end(), shuffle_rng_);
   const std::int64_t bs = train_cfg_.batch_size;
   // Under mpirun each rank takes its slice of every global batch of size() * bs samples.
-  D::shard_batches(order_, bs, shard_, batch_sizes_);
+  D::shard_batches(order_, bs, shard_, batch_sizes_, &loss_weights_);
   double loss = 0, acc = 0;
   std::int64_t b = 0, seen = 0;
   for (std::size_t step = 0; step < batch_sizes_.size(); ++step) {
     const std::int64_t e = b + batch_sizes_[step];
     std::vector<NDArray>& ins = e - b == bs ? train_full_ : train_tail_;
     gather_batch(train, spec_.sample_shape, shard_.data(), b, e, ins);
+    if (ins.size() > 3) ins[3].set_item(0, loss_weights_[step]);
     train_fn_.run(ins, outs_);
     const double bl = outs_[0].item(0), ba = outs_[1].item(0);
     loss += bl * static_cast<double>(e - b);
     acc += ba * static_cast<double>(e - b);
     seen += e - b;
-    // Progress counts every rank's samples: the global batches done so far.
+    // Progress counts every rank's samples: the global batches done so far (all at the last).
+    const bool last = step + 1 == batch_sizes_.size();
     if (on_batch)
-      on_batch(std::min<std::int64_t>(n, static_cast<std::int64_t>(step + 1) * bs * D::size()), bl,
-               ba);
+      on_batch(last ? n
+                    : std::min<std::int64_t>(n, static_cast<std::int64_t>(step + 1) * bs *
+                                                    static_cast<std::int64_t>(D::size())),
+               bl, ba);
     b = e;
   }
   // The epoch's means over every rank's samples.

@@ -91,7 +91,8 @@ class Classifier {
   // the optimizer averages the gradients over the ranks, so the weights follow those of one
   // process with that global batch. The returned means are over every rank's samples;
   // `on_batch` sees this rank's batch metrics and the samples of every rank done so far.
-  // Each rank draws its own dropout masks (rank 0 those of a single process).
+  // A last global batch split unevenly weights each rank's loss by its share (see
+  // distributed::shard_batches). Each rank draws its own dropout masks.
   EpochStats train_epoch(const data::Dataset& train, const BatchCallback& on_batch = {});
   // Mean loss and accuracy in test mode (learning phase 0: no dropout), in batches of 1000.
   // K::switch computes both branches, so the dropout nodes still draw and their counters
@@ -153,6 +154,7 @@ class Classifier {
   // Reused across batches and epochs, so a step allocates nothing: the shuffled order, the fed
   // arrays of full and last (shorter) batches, the outputs.
   std::vector<std::int64_t> order_, shard_, batch_sizes_;
+  std::vector<double> loss_weights_;
   std::vector<NDArray> train_full_, train_tail_, eval_full_, eval_tail_;
   std::vector<NDArray> outs_;
 };

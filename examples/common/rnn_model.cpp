@@ -147,7 +147,13 @@ RnnClassifier::RnnClassifier(const RnnConfig& c) : cfg_(c), rng_(c.seed) {
   const auto p = K::softmax(rnn_logits(c.cell, x, params_, H, c.unroll));
   const auto loss = K::mean(K::sparse_categorical_crossentropy(t, p));
   const auto acc = K::mean(K::cast(K::equal(K::argmax(p, -1), K::cast(t, "int64")), "float32"));
-  train_fn_ = K::function({x, t}, {loss, acc}, opt_->get_updates(loss, params_));
+  if (distributed::size() == 1) {
+    train_fn_ = K::function({x, t}, {loss, acc}, opt_->get_updates(loss, params_));
+  } else {
+    // Each rank's loss weighted by its share of an unevenly split last global batch.
+    const auto w = K::placeholder(Shape{}, {.name = "loss_weight"});
+    train_fn_ = K::function({x, t, w}, {loss, acc}, opt_->get_updates(loss * w, params_));
+  }
   eval_fn_ = K::function({x, t}, {loss, acc});
   if (distributed::size() > 1) distributed::broadcast_variables(params_);
 }
@@ -171,20 +177,29 @@ RnnEpochStats RnnClassifier::train_epoch(const data::Dataset& train,
   std::shuffle(idx.begin(), idx.end(), rng_);
   // Under mpirun each rank takes its slice of every global batch (distributed::shard_batches).
   std::vector<std::int64_t> shard, sizes;
-  distributed::shard_batches(idx, cfg_.batch_size, shard, sizes);
-  NDArray xb, tb;
+  std::vector<double> weights;
+  distributed::shard_batches(idx, cfg_.batch_size, shard, sizes, &weights);
+  NDArray xb, tb, wb = NDArray::scalar(1.0);
   double loss = 0, acc = 0;
   std::size_t b = 0;
   const auto global = static_cast<std::int64_t>(cfg_.batch_size) * distributed::size();
   for (std::size_t step = 0; step < sizes.size(); ++step) {
     const std::size_t e = b + static_cast<std::size_t>(sizes[step]);
     gather_batch(train, shard, b, e, cfg_.timesteps, cfg_.features, xb, tb);
-    train_fn_.run({xb, tb}, outs_);
+    if (distributed::size() == 1) {
+      train_fn_.run({xb, tb}, outs_);
+    } else {
+      wb.set_item(0, weights[step]);
+      train_fn_.run({xb, tb, wb}, outs_);
+    }
     const double l = outs_[0].item(0), a = outs_[1].item(0);
     loss += l * static_cast<double>(e - b);
     acc += a * static_cast<double>(e - b);
+    const bool last = step + 1 == sizes.size();
     if (on_batch)
-      on_batch(std::min(static_cast<std::int64_t>(n), static_cast<std::int64_t>(step + 1) * global),
+      on_batch(last ? static_cast<std::int64_t>(n)
+                    : std::min(static_cast<std::int64_t>(n),
+                               static_cast<std::int64_t>(step + 1) * global),
                l, a);
     b = e;
   }
