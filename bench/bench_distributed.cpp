@@ -1,6 +1,8 @@
 // Data-parallel scaling (ktape/distributed): one training step of the examples' MLP and CNN on
 // every rank, the gradients averaged over the ranks inside the step when launched by mpirun.
-//   BM_DistributedStep/<0 MLP 784-256-128-10, 1 CNN (BM_CnnStep's)>/<batch per rank>
+//   BM_DistributedStep/<0 MLP 784-256-128-10, 1 CNN (BM_CnnStep's)>/<batch per rank>/<0 the
+//     gradients averaged over the ranks, 1 no collective (each rank alone: what running N
+//     processes side by side costs the machine, without communication)>
 // Each process runs one kernel thread. Counter `samples/s` counts every rank's samples, so the
 // scaling efficiency at N ranks is samples/s(N) / (N x samples/s(1)); scripts/bench_distributed.sh
 // runs both and prints it. Iteration counts are fixed (every rank must run the same number of
@@ -65,7 +67,8 @@ void BM_DistributedStep(benchmark::State& state) {
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   auto loss = K::mean(K::sparse_categorical_crossentropy(t, m.probs));
   auto opt = std::make_unique<ktape::optimizers::SGD>(ktape::optimizers::SGDOptions{.lr = 0.01});
-  if (D::size() > 1) D::distributed_optimizer(*opt);
+  const bool averaged = state.range(2) == 0;
+  if (D::size() > 1 && averaged) D::distributed_optimizer(*opt);
   auto f = K::function({m.x, t}, {loss}, opt->get_updates(loss, m.params));
   D::broadcast_variables(m.params);
   std::vector<std::int64_t> dims{batch};
@@ -82,23 +85,23 @@ void BM_DistributedStep(benchmark::State& state) {
       static_cast<double>(state.iterations() * batch * D::size()), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(state.range(0) == 0 ? "MLP" : "CNN") + ", " +
                  std::to_string(D::size()) + (D::size() == 1 ? " process" : " processes") +
-                 " x 1 thread");
+                 " x 1 thread" + (averaged ? "" : ", no collective"));
 }
 // Fixed iteration counts, one registration per shape (Iterations applies to a whole family).
 BENCHMARK(BM_DistributedStep)
-    ->Args({0, 128})
+    ->ArgsProduct({{0}, {128}, {0, 1}})
     ->Iterations(400)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DistributedStep)
-    ->Args({1, 32})
+    ->ArgsProduct({{1}, {32}, {0, 1}})
     ->Iterations(60)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_DistributedStep)
-    ->Args({1, 128})
+    ->ArgsProduct({{1}, {128}, {0, 1}})
     ->Iterations(16)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,26 +60,80 @@ MPI_Datatype mpi_type(DType d) {
   }
 }
 
-// Waits for a started collective, at most timeout_seconds(); then reports and aborts the job.
-void wait(MPI_Request& req, const std::string& what) {
-  using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
-  const auto limit = std::chrono::duration<double>(g_state.timeout);
-  int done = 0;
-  for (std::int64_t polls = 0;; ++polls) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    if (polls > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    if ((polls & 255) == 0 && clock::now() - start > limit) {
+// The collectives' timeout: a thread that sleeps until the deadline of the collective in
+// progress and, if it is still in progress then, reports it and ends the process (exit code 70;
+// mpirun then ends every rank). The collectives themselves are MPI's blocking ones (their
+// shared-memory algorithms: an MLP step on 2 ranks took 2.52 ms with MPI_Iallreduce polled by
+// MPI_Test, 2.16 ms with MPI_Allreduce). Arming allocates nothing: the description is kept as
+// pieces and formatted only when the timeout fires.
+class Watchdog {
+ public:
+  ~Watchdog() {
+    {
+      const std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+  void arm(const char* what, std::int64_t count, const char* unit) {
+    const std::lock_guard lock(mu_);
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    what_ = what, count_ = count, unit_ = unit;
+    deadline_ = std::chrono::steady_clock::now() +
+                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                    std::chrono::duration<double>(g_state.timeout));
+    armed_ = true;
+    if (idle_) cv_.notify_one();  // a thread already waiting for a deadline re-reads it then
+  }
+  void disarm() {
+    const std::lock_guard lock(mu_);
+    armed_ = false;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      if (!armed_) {
+        idle_ = true;
+        cv_.wait(lock);
+        idle_ = false;
+        continue;
+      }
+      if (std::chrono::steady_clock::now() < deadline_) {
+        cv_.wait_until(lock, deadline_);
+        continue;
+      }
       std::fprintf(stderr,
-                   "%s: %s had no answer from every rank within %g s "
+                   "%s: %s%s%s had no answer from every rank within %g s "
                    "(KTAPE_DISTRIBUTED_TIMEOUT): a rank has died or stopped calling the "
-                   "training step. Aborting every rank.\n",
-                   where().c_str(), what.c_str(), g_state.timeout);
+                   "training step. Ending this rank (exit code 70); mpirun ends the others.\n",
+                   where().c_str(), what_,
+                   count_ >= 0 ? (" of " + std::to_string(count_) + " ").c_str() : "",
+                   count_ >= 0 ? unit_ : "", g_state.timeout);
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 70);
+      std::_Exit(70);
     }
   }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::thread thread_;
+  bool armed_ = false, idle_ = false, stop_ = false;
+  const char* what_ = "";
+  const char* unit_ = "";
+  std::int64_t count_ = -1;
+  std::chrono::steady_clock::time_point deadline_;
+};
+Watchdog g_watchdog;
+
+// Runs a blocking collective under the watchdog.
+template <class F>
+void guarded(const char* what, std::int64_t count, const char* unit, F f) {
+  g_watchdog.arm(what, count, unit);
+  f();
+  g_watchdog.disarm();
 }
 
 // Large arrays go in pieces of at most INT_MAX elements (MPI counts are int).
@@ -97,9 +152,8 @@ void sum_in_place(void* data, std::int64_t count, DType dtype) {
   // truncate. All ranks see the same extremes, so all throw together.
   std::int64_t shape[4] = {count, -count, static_cast<std::int64_t>(dtype),
                            -static_cast<std::int64_t>(dtype)};
-  MPI_Request check;
-  MPI_Iallreduce(MPI_IN_PLACE, shape, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD, &check);
-  wait(check, "an allreduce's size check");
+  guarded("the size check of an allreduce", count, dtype_name(dtype).data(),
+          [&] { MPI_Allreduce(MPI_IN_PLACE, shape, 4, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD); });
   if (shape[0] != -shape[1] || shape[2] != -shape[3])
     throw ValueError(where() + ": an allreduce got " + std::to_string(count) + " " +
                      std::string(dtype_name(dtype)) + " values here, but between " +
@@ -108,19 +162,15 @@ void sum_in_place(void* data, std::int64_t count, DType dtype) {
                      "of one shape and dtype (are the ranks fed batches of different sizes to a "
                      "reduction of per-sample values?)");
   in_pieces(count, dtype_size(dtype), static_cast<char*>(data), [&](char* p, int n) {
-    MPI_Request req;
-    MPI_Iallreduce(MPI_IN_PLACE, p, n, t, MPI_SUM, MPI_COMM_WORLD, &req);
-    wait(req,
-         "an allreduce of " + std::to_string(n) + " " + std::string(dtype_name(dtype)) + " values");
+    guarded("an allreduce", n, dtype_name(dtype).data(),
+            [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, t, MPI_SUM, MPI_COMM_WORLD); });
   });
 }
 
 void bcast_bytes(void* data, std::int64_t bytes, int root, const std::string& what) {
   const std::lock_guard lock(g_mu);
   in_pieces(bytes, 1, static_cast<char*>(data), [&](char* p, int n) {
-    MPI_Request req;
-    MPI_Ibcast(p, n, MPI_BYTE, root, MPI_COMM_WORLD, &req);
-    wait(req, what);
+    guarded(what.c_str(), n, "bytes", [&] { MPI_Bcast(p, n, MPI_BYTE, root, MPI_COMM_WORLD); });
   });
 }
 
@@ -128,9 +178,8 @@ void bcast_bytes(void* data, std::int64_t bytes, int root, const std::string& wh
 bool any_rank(bool flag, const char* what) {
   int v = flag ? 1 : 0;
   const std::lock_guard lock(g_mu);
-  MPI_Request req;
-  MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
-  wait(req, std::string(what) + " (the check of every rank)");
+  guarded(what, -1, "",
+          [&] { MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); });
   return v != 0;
 }
 
@@ -251,9 +300,7 @@ void barrier() {
 #if KTAPE_WITH_MPI
   if (!g_state.mpi || g_state.size == 1) return;
   const std::lock_guard lock(g_mu);
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  wait(req, "a barrier");
+  guarded("a barrier", -1, "", [&] { MPI_Barrier(MPI_COMM_WORLD); });
 #endif
 }
 

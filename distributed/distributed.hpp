@@ -18,9 +18,10 @@
 /// Failures: a rank that exits early makes mpirun end every rank (Open MPI's default). A rank
 /// that stays alive but stops calling the collectives (a hang, a rank in another branch) would
 /// block the others forever; instead every collective here waits at most
-/// KTAPE_DISTRIBUTED_TIMEOUT seconds (default 300), then prints which collective timed out on
-/// which rank and aborts every rank (MPI_Abort, exit code 70): the communicator's state is
-/// undefined after a half-done collective, so there is nothing to recover.
+/// KTAPE_DISTRIBUTED_TIMEOUT seconds (read by init; default 300), then prints which collective
+/// timed out on which rank and ends that process (exit code 70), and mpirun ends the others:
+/// the communicator's state is undefined after a half-done collective, so there is nothing to
+/// recover. (A watchdog thread keeps the deadline; the collectives are MPI's blocking ones.)
 /// Collectives must be called from one thread at a time.
 #pragma once
 

@@ -20,7 +20,9 @@ class LocalCommunicator final : public Communicator {
   void allreduce_sum(void*, std::int64_t, DType) const override {}
 };
 
-// Allreduce(x) attrs {}: the node's extra holds the communicator and the reduction.
+// Allreduce(x) attrs {}: x reduced, same shape. Allreduce(x0, x1, ...): the inputs flattened and
+// packed one after another (a bucket), reduced: 1-D. The node's extra holds the communicator and
+// the reduction.
 struct AllreduceSpec : NodeExtra {
   std::shared_ptr<const Communicator> comm;
   ReduceOp op = ReduceOp::average;
@@ -34,8 +36,15 @@ void scale(T* p, std::int64_t n, T f) {
 void allreduce_kernel(const KernelCall& c) {
   const auto& spec = static_cast<const AllreduceSpec&>(*static_cast<const NodeExtra*>(c.ctx));
   const std::int64_t n = c.out.size;
-  if (c.out.data != c.in[0].data)
-    std::memcpy(c.out.data, c.in[0].data, static_cast<std::size_t>(n) * dtype_size(c.out.dtype));
+  const std::size_t elem = dtype_size(c.out.dtype);
+  std::size_t at = 0;
+  for (int i = 0; i < c.n_in; ++i) {
+    const ArrayRef& in = c.in[i];
+    const std::size_t bytes = static_cast<std::size_t>(in.size) * elem;
+    if (static_cast<char*>(c.out.data) + at != in.data)
+      std::memcpy(static_cast<char*>(c.out.data) + at, in.data, bytes);
+    at += bytes;
+  }
   spec.comm->allreduce_sum(c.out.data, n, c.out.dtype);
   const int size = spec.comm->size();
   if (spec.op != ReduceOp::average || size == 1) return;
@@ -45,17 +54,53 @@ void allreduce_kernel(const KernelCall& c) {
     scale(static_cast<double*>(c.out.data), n, 1.0 / static_cast<double>(size));
 }
 
+Shape allreduce_rule(const Node&, const std::vector<Shape>& in) {
+  if (in.size() == 1) return in[0];
+  std::int64_t total = 0;
+  for (const Shape& s : in) {
+    if (!s.is_fully_defined()) return Shape{None};
+    total += s.num_elements();
+  }
+  return Shape{total};
+}
+
 Prepared prepare_allreduce(const PrepareArgs& a) {
   Prepared p;
-  p.shape = a.in_shapes[0];
+  p.shape = allreduce_rule(a.node, a.in_shapes);
   p.ctx = std::const_pointer_cast<NodeExtra>(a.node.extra);
   p.kernel = &allreduce_kernel;
   return p;
 }
 
+Tensor make_allreduce(std::vector<Tensor> xs, std::shared_ptr<const Communicator> comm,
+                      ReduceOp op) {
+  auto spec = std::make_shared<AllreduceSpec>();
+  spec->comm = std::move(comm);
+  spec->op = op;
+  const DType dt = xs[0].dtype();
+  return make_node_with_extra(Op::Allreduce, std::move(xs), {}, dt, "", std::move(spec),
+                              /*eager=*/true);
+}
+
+// The pieces of a packed bucket r, in the shapes of xs.
+std::vector<Tensor> unpack(const Tensor& r, const std::vector<Tensor>& xs) {
+  namespace K = ktape::backend;
+  std::vector<Tensor> out;
+  std::int64_t offset = 0;
+  for (const Tensor& x : xs) {
+    const Shape& s = x.shape();
+    const std::int64_t count = s.num_elements();
+    out.push_back(K::reshape(K::slice(r, {offset}, {count}), s.dims()));
+    offset += count;
+  }
+  return out;
+}
+
 std::vector<Tensor> allreduce_grad(const Node& n, const Tensor&, const Tensor& g) {
   const auto& spec = static_cast<const AllreduceSpec&>(*n.extra);
-  return {allreduce(g, spec.comm, spec.op)};
+  const Tensor r = make_allreduce({g}, spec.comm, spec.op);
+  if (n.inputs.size() == 1) return {r};
+  return unpack(r, n.inputs);
 }
 
 }  // namespace
@@ -65,16 +110,19 @@ std::shared_ptr<const Communicator> local_communicator() {
   return local;
 }
 
-Tensor allreduce(const Tensor& x, std::shared_ptr<const Communicator> comm, ReduceOp op) {
+namespace {
+void check_dtype(const Tensor& x) {
   const DType dt = x.dtype();  // a null x throws here, naming the problem
   if (dt != DType::float32 && dt != DType::float64)
     throw TypeError("distributed::allreduce: x must be float32 or float64, got " +
                     std::string(dtype_name(dt)));
+}
+}  // namespace
+
+Tensor allreduce(const Tensor& x, std::shared_ptr<const Communicator> comm, ReduceOp op) {
+  check_dtype(x);
   if (!comm) throw ValueError("distributed::allreduce: the communicator is null");
-  auto spec = std::make_shared<AllreduceSpec>();
-  spec->comm = std::move(comm);
-  spec->op = op;
-  return make_node_with_extra(Op::Allreduce, {x}, {}, dt, "", std::move(spec), /*eager=*/true);
+  return make_allreduce({x}, std::move(comm), op);
 }
 
 std::vector<Tensor> allreduce(const std::vector<Tensor>& xs,
@@ -94,22 +142,18 @@ std::vector<Tensor> allreduce(const std::vector<Tensor>& xs,
     if (bucket.size() == 1) {
       out[bucket[0]] = allreduce(xs[bucket[0]], comm, op);
     } else {
-      std::vector<Tensor> flat;
-      for (std::size_t i : bucket) flat.push_back(K::reshape(xs[i], {-1}));
-      const Tensor r = allreduce(K::concatenate(flat, 0), comm, op);
-      std::int64_t offset = 0;
-      for (std::size_t i : bucket) {
-        const Shape& s = xs[i].shape();
-        const std::int64_t count = s.num_elements();
-        out[i] = K::reshape(K::slice(r, {offset}, {count}), s.dims());
-        offset += count;
-      }
+      // One node packs the bucket (one copy in), reduces it; the pieces are views of it.
+      std::vector<Tensor> in;
+      for (std::size_t i : bucket) in.push_back(xs[i]);
+      const std::vector<Tensor> parts = unpack(make_allreduce(in, comm, op), in);
+      for (std::size_t k = 0; k < bucket.size(); ++k) out[bucket[k]] = parts[k];
     }
     bucket.clear();
     bytes = 0;
   };
   for (std::size_t i = 0; i < xs.size(); ++i) {
     if (!xs[i].defined()) continue;
+    check_dtype(xs[i]);
     const Shape& s = xs[i].shape();
     if (!s.is_fully_defined()) {
       out[i] = allreduce(xs[i], comm, op);
@@ -130,7 +174,7 @@ std::vector<Tensor> allreduce(const std::vector<Tensor>& xs,
 namespace ktape::ops {
 
 void register_collective_ops() {
-  define_op(Op::Allreduce, {.shape = &same_as_input0,
+  define_op(Op::Allreduce, {.shape = &allreduce_rule,
                             .grad = &allreduce_grad,
                             .pure = false,
                             .may_throw = true,

@@ -265,6 +265,22 @@ Shape slice_rule(const Node& n, const std::vector<Shape>& in) {
   }
   return Shape(std::move(d));
 }
+// A slice that takes whole rows (every axis after the first whole) is a contiguous range of its
+// input: a view (no copy) when the input lives in the arena, else the kernel copies it.
+Prepared slice_prepare(const PrepareArgs& a) {
+  Prepared p;
+  p.shape = slice_rule(a.node, a.in_shapes);
+  const Shape& x = a.in_shapes[0];
+  if (x.ndim() == 0 || !x.is_fully_defined()) return p;
+  for (int ax = 1; ax < x.ndim(); ++ax)
+    if (p.shape[ax] != x[ax]) return p;
+  const auto sl = attrs::Slice::of(a.node.attrs);
+  p.view_input = 0;
+  p.view_offset = static_cast<std::size_t>(sl.start[0] * (x.num_elements() / std::max<std::int64_t>(
+                                                                                x[0], 1))) *
+                  dtype_size(a.node.dtype);
+  return p;
+}
 G slice_grad(const Node& n, const Tensor&, const Tensor& g) {
   return {make_node(Op::SlicePad, {g, n.inputs[0]}, n.attrs, g.dtype())};
 }
@@ -524,7 +540,7 @@ void register_layout_ops() {
   define_op(Op::SqueezeAxes, {.shape = &squeeze_rule, .grad = &squeeze_grad, .alias_input = 0});
   define_op(Op::Concat, {.shape = &concat_rule, .grad = &concat_grad});
   define_op(Op::ConcatPart, {.shape = &concat_part_rule, .grad = &concat_part_grad});
-  define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad});
+  define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad, .prepare = &slice_prepare});
   define_op(Op::SlicePad,
             {.shape = &slice_pad_rule, .grad = &slice_pad_grad, .shape_only = &input1_shape_only});
 }
