@@ -473,20 +473,28 @@ class Compiler {
     // or reshape alias of all its bytes) that no other output shares: every pointer to a value
     // in that buffer (views into it too) then moves to the caller's buffer.
     p.out_loc_offsets.assign(p.outputs.size(), {});
+    // Two outputs are the same storage when they are the same bytes of one buffer (a value and
+    // its whole-buffer SumToLike or reshape alias: a loop's gradient for a sequence input and the
+    // stacked per-step values of its weight gradient); a later one copies from the earlier's
+    // redirected home, which the caller may make its own buffer too (a loop storing both once).
+    auto same_storage = [&](int a, int b) {
+      return val(a).root == val(b).root && val(a).alias_offset == val(b).alias_offset &&
+             val(a).bytes == val(b).bytes;
+    };
     for (std::size_t i = 0; i < p.outputs.size(); ++i) {
       const int vi = p.outputs[i];
       const int root = val(vi).root;
-      const auto first = std::find(p.outputs.begin(), p.outputs.end(), vi) - p.outputs.begin();
-      if (static_cast<std::size_t>(first) != i) {
-        if (!p.out_locs[static_cast<std::size_t>(first)].empty())
-          p.out_same[i] = static_cast<int>(first);
+      std::size_t first = 0;
+      while (first < i && !same_storage(p.outputs[first], vi)) ++first;
+      if (first != i) {
+        if (!p.out_locs[first].empty()) p.out_same[i] = static_cast<int>(first);
         continue;
       }
       const Value& v = val(vi);
       if (val(root).kind != Kind::kArena || v.alias_offset != 0 || v.bytes != val(root).bytes)
         continue;
       bool shared = false;
-      for (int o : p.outputs) shared = shared || (o != vi && val(o).root == root);
+      for (int o : p.outputs) shared = shared || (!same_storage(o, vi) && val(o).root == root);
       if (shared) continue;
       auto& locs = p.out_locs[i];
       auto& offs = p.out_loc_offsets[i];
