@@ -280,6 +280,11 @@ int size() { return g_state.size; }
 int local_rank() { return g_state.local_rank; }
 int local_size() { return g_state.local_size; }
 
+int threads_per_rank() {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, g_state.local_size));
+}
+
 std::shared_ptr<const Communicator> communicator() {
   static const auto world = std::make_shared<const WorldCommunicator>();
   return world;

@@ -53,6 +53,10 @@ int rank();        ///< 0-based; 0 before init
 int size();        ///< 1 before init
 int local_rank();  ///< the rank among the processes on this machine
 int local_size();
+/// This machine's cores divided among its ranks (at least 1): a kernel thread count that does
+/// not oversubscribe a machine several ranks share (oneTBB further keeps within a rank's CPU
+/// binding). The examples use it when neither --threads nor KTAPE_NUM_THREADS is given.
+int threads_per_rank();
 /// The ranks of the job (MPI_COMM_WORLD), for ktape::allreduce.
 std::shared_ptr<const Communicator> communicator();
 /// The collectives' timeout in seconds: KTAPE_DISTRIBUTED_TIMEOUT, default 300.

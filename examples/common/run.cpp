@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -37,7 +38,10 @@ int run_classifier(const std::string& program, const RunFlags& run,
     const bool lead = D::rank() == 0;
     std::ostringstream quiet;
     std::ostream& out = lead ? std::cout : quiet;
-    if (run.threads > 0) ktape::set_num_threads(run.threads);
+    if (run.threads > 0)
+      ktape::set_num_threads(run.threads);
+    else if (D::local_size() > 1 && !std::getenv("KTAPE_NUM_THREADS"))
+      ktape::set_num_threads(D::threads_per_rank());  // the ranks on a machine share its cores
     // Output paths fail now, not after the first epoch has trained.
     if (lead && !run.save_path.empty()) T::check_writable("--save", run.save_path);
     if (lead && !run.history_path.empty()) T::check_writable("--history", run.history_path);
@@ -48,8 +52,9 @@ int run_classifier(const std::string& program, const RunFlags& run,
     out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
         << " test samples; backend " << K::backend() << '\n';
     if (D::size() > 1)
-      out << D::size() << " processes (MPI), each on its slice of every global batch of "
-          << D::size() << " x --batch-size samples\n";
+      out << D::size() << " processes (MPI) of " << ktape::num_threads()
+          << " kernel thread(s), each on its slice of every global batch of " << D::size()
+          << " x --batch-size samples\n";
     const auto model = make();
     if (!run.load_path.empty()) {
       if (D::size() > 1) {

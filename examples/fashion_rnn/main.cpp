@@ -30,7 +30,8 @@ constexpr const char* kUsage =
     "  --epochs     default 10; --batch-size default 128\n"
     "  --unroll     K::rnn(unroll=true): the unrolled graph instead of the symbolic loop\n"
     "  --threads    threads for the kernels (default 0: every core, or KTAPE_NUM_THREADS); the\n"
-    "               results are the same at any count\n"
+    "               results are the same at any count; under mpirun, each machine's cores\n"
+    "               are divided among its ranks\n"
     "  --limit      use only the first N training and N test samples\n"
     "The validation (val_) metrics are those of the test set.\n";
 
@@ -67,7 +68,10 @@ int main(int argc, char** argv) {
     const bool lead = D::rank() == 0;
     std::ostringstream quiet;
     std::ostream& out = lead ? std::cout : quiet;
-    if (threads > 0) ktape::set_num_threads(threads);
+    if (threads > 0)
+      ktape::set_num_threads(threads);
+    else if (D::local_size() > 1 && !std::getenv("KTAPE_NUM_THREADS"))
+      ktape::set_num_threads(D::threads_per_rank());  // the ranks on a machine share its cores
     K::set_random_seed(cfg.seed);
     const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
     const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);
@@ -75,8 +79,9 @@ int main(int argc, char** argv) {
     out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
         << " test samples; backend " << K::backend() << '\n';
     if (D::size() > 1)
-      out << D::size() << " processes (MPI), each on its slice of every global batch of "
-          << D::size() << " x --batch-size samples\n";
+      out << D::size() << " processes (MPI) of " << ktape::num_threads()
+          << " kernel thread(s), each on its slice of every global batch of " << D::size()
+          << " x --batch-size samples\n";
     ktape::examples::RnnClassifier model(cfg);
     char line[512];
     std::snprintf(
