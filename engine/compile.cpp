@@ -156,7 +156,8 @@ class Compiler {
     if (def.prepare) {
       const std::vector<const Node*>* readers = nullptr;
       if (!read_whole_.count(&n)) readers = &readers_[&n];
-      Prepared pr = def.prepare({n, in_shapes, in_ctx, r_.backend.name, r_.fuse, r_.fold, readers});
+      Prepared pr = def.prepare(
+          {n, in_shapes, in_ctx, r_.backend.name, r_.fuse, r_.fold, readers, &data_read_});
       v.shape = std::move(pr.shape);
       v.ctx = std::move(pr.ctx);
       v.kernel = pr.kernel;
@@ -519,6 +520,20 @@ class Compiler {
   std::unordered_map<Node*, int> index_;
   std::unordered_map<const Node*, std::vector<const Node*>> readers_;
   std::unordered_set<const Node*> read_whole_;
+  // PrepareArgs::data_read: an output or update, or a reader that takes it through an input
+  // that is not shape-only.
+  const std::function<bool(const Node&)> data_read_ = [this](const Node& n) {
+    if (read_whole_.count(&n)) return true;
+    const auto it = readers_.find(&n);
+    if (it == readers_.end()) return false;
+    for (const Node* r : it->second) {
+      const OpDef& def = op_def(r->op);
+      const unsigned skip = def.shape_only ? def.shape_only(*r) : 0u;
+      for (std::size_t k = 0; k < r->inputs.size(); ++k)
+        if (r->inputs[k].node_ptr().get() == &n && (k >= 32 || !(skip >> k & 1u))) return true;
+    }
+    return false;
+  };
 };
 
 }  // namespace

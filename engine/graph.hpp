@@ -74,6 +74,9 @@ struct PrepareArgs {
   // The plan's nodes that read this one; null when the node is also an output or an update
   // (read whole).
   const std::vector<const Node*>* readers = nullptr;
+  // Whether the plan reads a node's data, not only its dims (OpDef::shape_only): true for an
+  // output or an update. Null: assume it does.
+  const std::function<bool(const Node&)>* data_read = nullptr;
 };
 struct Prepared {
   Shape shape;                    // the concrete output shape

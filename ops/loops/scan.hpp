@@ -41,6 +41,11 @@ struct ScanBody : NodeExtra {
   bool store = true;
   // params -> results, compiled for the enclosing Function's backend and options.
   const Function& function_for(const std::string& backend, bool fuse, bool fold) const;
+  // The Scan node's sequence and static inputs (bit i: input i, below 32) whose values the body
+  // reads only for their dims (OpDef::shape_only of their readers in the body, e.g. a stored
+  // forward value that only shapes a gradient): OpDef::shape_only of Scan. Carries never are
+  // (the loop copies them into its storage).
+  unsigned shape_only_inputs() const;
 
  private:
   struct Variant {
@@ -50,6 +55,7 @@ struct ScanBody : NodeExtra {
   };
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<Variant>> variants_;
+  mutable int shape_only_ = -1;  // shape_only_inputs(), once computed (under mu_)
 };
 
 struct ScanSpec {

@@ -133,6 +133,37 @@ const ScanBody& scan_body(const Node& scan) {
   return *b;
 }
 
+unsigned ScanBody::shape_only_inputs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shape_only_ >= 0) return static_cast<unsigned>(shape_only_);
+  // A node's data is needed when it is a result, or a needed node reads it through an input that
+  // is not shape-only (as a Function's plan decides what to run): walked from the last node back.
+  std::vector<Node*> roots;
+  for (const auto& r : results) roots.push_back(r.node_ptr().get());
+  std::unordered_set<const Node*> param_set;
+  for (const auto& p : params) param_set.insert(p.node_ptr().get());
+  const auto order = reachable_in_tape_order(
+      roots, [&](Node* m) { return !param_set.count(m); }, [](Node*) { return false; });
+  std::unordered_set<const Node*> needed(roots.begin(), roots.end());
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* m = *it;
+    if (!needed.count(m) || param_set.count(m)) continue;
+    const OpDef& def = op_def(m->op);
+    const unsigned skip = def.shape_only ? def.shape_only(*m) : 0u;
+    for (std::size_t k = 0; k < m->inputs.size(); ++k)
+      if (k >= 32 || !(skip >> k & 1u)) needed.insert(m->inputs[k].node_ptr().get());
+    for (const auto& c : m->control_inputs) needed.insert(c.node_ptr().get());
+  }
+  unsigned mask = 0;
+  for (std::size_t i = 0; i < params.size() && i < 32; ++i) {
+    const bool carry =
+        i >= static_cast<std::size_t>(n_seq) && i < static_cast<std::size_t>(n_seq + n_carry);
+    if (!carry && !needed.count(params[i].node_ptr().get())) mask |= 1u << i;
+  }
+  shape_only_ = static_cast<int>(mask);
+  return mask;
+}
+
 const Function& ScanBody::function_for(const std::string& backend, bool fuse, bool fold) const {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& v : variants_)
@@ -347,13 +378,18 @@ ScanResult make_scan(const ScanSpec& spec) {
   return r;
 }
 
+namespace {
+unsigned scan_shape_only(const Node& n) { return scan_body(n).shape_only_inputs(); }
+}  // namespace
+
 void register_loop_ops() {
   define_op(Op::Scan, {.shape = &scan_rule,
                        .grad = &scan_grad,
                        .pure = false,
                        .dispatch_input = -1,
                        .may_throw = true,  // its body may hold any op
-                       .prepare = &prepare_scan});
+                       .prepare = &prepare_scan,
+                       .shape_only = &scan_shape_only});
   define_op(Op::ScanPart, {.shape = &scan_part_rule,
                            .grad = &scan_part_grad,
                            .dispatch_input = -1,

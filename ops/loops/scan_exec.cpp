@@ -216,11 +216,13 @@ const ScanLayout& layout_of(const PrepareArgs& a) {
 }  // namespace
 
 Prepared prepare_scan(const PrepareArgs& a) {
-  // The parts the plan reads, when its only readers of y are ScanPart(y, y, part): then parts
-  // nobody reads are not stored per step, and equal outputs share storage. A plan that also
+  // The parts the plan reads (their data, not only their dims), when its only readers of y are
+  // ScanPart(y, y, part): then parts nobody reads are not stored per step, and equal outputs
+  // share storage. A plan that also
   // holds ScanEmbed(g, y) or ScanPart(g, y, part) (a flat gradient of y, built outside the
   // lazy gradient path) gets the full layout, which the gradient's part offsets assume.
   std::vector<char> read;
+  const ScanBody& body = scan_body(a.node);
   bool all = !a.readers;
   if (a.readers)
     for (const Node* r : *a.readers) {
@@ -230,7 +232,11 @@ Prepared prepare_scan(const PrepareArgs& a) {
       }
       const auto part = static_cast<std::size_t>(part_of(*r));
       if (read.size() <= part) read.resize(part + 1, 0);
-      read[part] = 1;
+      // An output read only for its dims (a stored projection that only shapes a gradient in
+      // the reverse scan) is not stored per step; its part keeps its shape. (A carry's stored
+      // part changes shape when it is not stored, so it counts as read.)
+      if (part >= static_cast<std::size_t>(body.n_out) || !a.data_read || (*a.data_read)(*r))
+        read[part] = 1;
     }
   auto l = scan_layout(a.node, a.in_shapes, a.backend, a.fuse, a.fold, all ? nullptr : &read);
   Prepared p;
