@@ -31,6 +31,9 @@ struct ScanLayout {
   // slots (carries) instead of T.
   std::vector<std::size_t> out_stride;  // bytes between the steps of output m: 0 when unread
   std::vector<char> carry_stored;       // carry k keeps every step
+  // Per output: an unread output that is the same value as new carry k (a cell's h) is written
+  // straight into that carry's slot, else -1: no copy of it per step.
+  std::vector<int> out_into_carry;
   std::int64_t total = 0;
   std::vector<std::size_t> seq_step_bytes, out_step_bytes, carry_bytes;
   std::vector<void*> fed, outs;  // per-step pointer scratch
@@ -137,6 +140,14 @@ std::shared_ptr<ScanLayout> scan_layout(const Node& scan, const std::vector<Shap
                                 ? l->out_step_bytes[static_cast<std::size_t>(m)]
                                 : 0);
   }
+  for (int m = 0; m < b.n_out; ++m) {
+    int into = -1;
+    for (int k = 0; read && into < 0 && l->out_stride[static_cast<std::size_t>(m)] == 0 &&
+                    l->alias[static_cast<std::size_t>(m)] < 0 && k < b.n_carry;
+         ++k)
+      if (same_storage(m, b.n_out + k)) into = k;
+    l->out_into_carry.push_back(into);
+  }
   for (int k = 0; k < b.n_carry; ++k)
     l->carry_bytes.push_back(
         static_cast<std::size_t>(sig[static_cast<std::size_t>(b.n_seq + k)].num_elements()) * es);
@@ -183,7 +194,10 @@ void run_scan(const KernelCall& c) {
     }
     for (std::size_t m = 0; m < static_cast<std::size_t>(b.n_out); ++m) {
       const std::int64_t t = b.out_reverse[m] ? l.T - 1 - j : j;
-      l.outs[m] = part(static_cast<int>(m)) + static_cast<std::size_t>(t) * l.out_stride[m];
+      const int into = l.out_into_carry[m];
+      l.outs[m] = into >= 0
+                      ? l.outs[static_cast<std::size_t>(b.n_out + into)]
+                      : part(static_cast<int>(m)) + static_cast<std::size_t>(t) * l.out_stride[m];
     }
     function_execute_raw(*l.fn, *l.plan, l.fed.data(), l.outs.data());
   }
