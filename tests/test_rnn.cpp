@@ -256,6 +256,40 @@ TEST_F(Float64, UnknownTimeDimensionRunsThroughOneFunction) {
             "K::rnn: Unrolling requires a fixed number of timesteps.");
 }
 
+TEST_F(Float64, APrintOfTheProjectionInALoopBody) {
+  // A print of h.U (the projection a loop stores per step for its reverse pass) in the step
+  // function: the gradients equal the unrolled graph's, and each step prints once.
+  auto x = K::variable(rnd(Shape{2, 4, 2}, 31, 1.0), {.dtype = "float64"});
+  auto W = K::variable(rnd(Shape{2, 3}, 32), {.dtype = "float64"});
+  auto U = K::variable(rnd(Shape{3, 3}, 33), {.dtype = "float64"});
+  auto step = [&](const Tensor& xt, const V& s) -> std::pair<Tensor, V> {
+    Tensor h = K::tanh(K::dot(xt, W) + K::print_tensor(K::dot(s[0], U), "hU "));
+    return {h, {h}};
+  };
+  auto h0 = K::zeros({2, 3}, {.dtype = "float64"});
+  std::vector<NDArray> got, want;
+  std::string loop_log;
+  for (bool unroll : {false, true}) {
+    auto r = K::rnn(step, x, {h0}, {.unroll = unroll});
+    const auto g = K::gradients(K::sum(r.last_output), {W, U});
+    auto f = K::function({}, {g[0], g[1]});
+    testing::internal::CaptureStderr();
+    (unroll ? want : got) = f({});
+    const std::string log = testing::internal::GetCapturedStderr();
+    if (!unroll) loop_log = log;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i)
+    for (std::int64_t k = 0; k < got[i].size(); ++k)
+      EXPECT_NEAR(got[i].item(k), want[i].item(k), 1e-12) << i << "[" << k << "]";
+  // The forward pass prints each step's h.U once (the reverse pass takes the stored values
+  // and needs no print: print_tensor's gradient is the identity).
+  std::size_t prints = 0;
+  for (std::size_t at = loop_log.find("hU "); at != std::string::npos;
+       at = loop_log.find("hU ", at + 1))
+    ++prints;
+  EXPECT_EQ(prints, 4u) << loop_log;
+}
+
 TEST_F(Float64, Errors) {
   auto x2 = K::placeholder({2, 3}, {.dtype = "float64"});
   auto id = [](const Tensor& xt, const V& s) -> std::pair<Tensor, V> { return {xt, s}; };

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,7 +56,7 @@ struct ScanBody : NodeExtra {
   };
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<Variant>> variants_;
-  mutable int shape_only_ = -1;  // shape_only_inputs(), once computed (under mu_)
+  mutable std::optional<unsigned> shape_only_;  // shape_only_inputs(), once computed (under mu_)
 };
 
 struct ScanSpec {

@@ -135,7 +135,7 @@ const ScanBody& scan_body(const Node& scan) {
 
 unsigned ScanBody::shape_only_inputs() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (shape_only_ >= 0) return static_cast<unsigned>(shape_only_);
+  if (shape_only_) return *shape_only_;
   // A node's data is needed when it is a result, or a needed node reads it through an input that
   // is not shape-only (as a Function's plan decides what to run): walked from the last node back.
   std::vector<Node*> roots;
@@ -145,6 +145,8 @@ unsigned ScanBody::shape_only_inputs() const {
   const auto order = reachable_in_tape_order(
       roots, [&](Node* m) { return !param_set.count(m); }, [](Node*) { return false; });
   std::unordered_set<const Node*> needed(roots.begin(), roots.end());
+  for (Node* m : order)  // prints run whatever reads them, as in a plan
+    if (op_def(m->op).side_effect) needed.insert(m);
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* m = *it;
     if (!needed.count(m) || param_set.count(m)) continue;
@@ -160,7 +162,7 @@ unsigned ScanBody::shape_only_inputs() const {
         i >= static_cast<std::size_t>(n_seq) && i < static_cast<std::size_t>(n_seq + n_carry);
     if (!carry && !needed.count(params[i].node_ptr().get())) mask |= 1u << i;
   }
-  shape_only_ = static_cast<int>(mask);
+  shape_only_ = mask;
   return mask;
 }
 

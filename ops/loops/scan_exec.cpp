@@ -182,8 +182,10 @@ void run_scan(const KernelCall& c) {
   for (std::int64_t j = 0; j < l.T; ++j) {
     for (std::size_t i = 0; i < ns; ++i) {
       const std::int64_t t = b.seq_reverse[i] ? l.T - 1 - j : j;
-      l.fed[i] =
-          static_cast<char*>(c.in[i].data) + static_cast<std::size_t>(t) * l.seq_step_bytes[i];
+      // (A sequence read only for its dims may have no data, or storage for one step only.)
+      l.fed[i] = c.in[i].data == nullptr ? nullptr
+                                         : static_cast<char*>(c.in[i].data) +
+                                               static_cast<std::size_t>(t) * l.seq_step_bytes[i];
     }
     for (std::size_t k = 0; k < nc; ++k) {
       char* stored = part(b.n_out + static_cast<int>(k));
