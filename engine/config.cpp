@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <atomic>
 #include <cerrno>
@@ -165,8 +166,9 @@ void read_config_file(const std::string& path, State& s) {
     s.floatx = it->get<std::string>();
   }
   if (auto it = j.find("epsilon"); it != j.end()) {
-    if (!it->is_number_float()) {
-      throw_invalid(path, "epsilon", *it, "a floating-point number such as 1e-07");
+    // A negative epsilon would invert every clip(p, epsilon, 1 - epsilon) of the losses.
+    if (!it->is_number_float() || !(it->get<double>() >= 0)) {
+      throw_invalid(path, "epsilon", *it, "a floating-point number >= 0 such as 1e-07");
     }
     s.epsilon = it->get<double>();
   }
@@ -231,6 +233,9 @@ double epsilon() {
 }
 
 void set_epsilon(double e) {
+  if (!std::isfinite(e) || e < 0)
+    throw ValueError("K::set_epsilon: epsilon must be a finite number >= 0, got " +
+                     std::to_string(e));
   std::lock_guard<std::mutex> lock(g_mu);
   ensure_loaded_locked();
   g_state.epsilon = e;

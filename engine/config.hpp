@@ -14,6 +14,8 @@ namespace ktape::config {
 
 /// Fuzz factor used by losses and optimizers (default 1e-7).
 double epsilon();
+/// ValueError for a negative or non-finite value (Keras takes any float; a negative one would
+/// invert the losses' clips), as keras.json's "epsilon" is refused then.
 void set_epsilon(double e);
 
 /// Default float type name: "float16", "float32" (default) or "float64".

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <cstdlib>
 #include <filesystem>
@@ -204,6 +205,8 @@ TEST_F(ConfigTest, IntegerEpsilonThrows) {
   expect_invalid(R"({"epsilon": 1})", "epsilon", "1");
   expect_invalid(R"({"epsilon": 0})", "epsilon", "0");
   expect_invalid(R"({"epsilon": "1e-7"})", "epsilon", "\"1e-7\"");
+  // Found by fuzz_config: a negative epsilon was accepted.
+  expect_invalid(R"({"epsilon": -1e-07})", "epsilon", "-1e-07");
   // A float that happens to be integral is fine.
   write_bytes(path_, R"({"epsilon": 1.0})");
   cfg::reload();
@@ -280,6 +283,10 @@ TEST_F(ConfigTest, SetEpsilon) {
   EXPECT_EQ(cfg::epsilon(), 1e-3);
   cfg::set_epsilon(0.0);
   EXPECT_EQ(cfg::epsilon(), 0.0);
+  EXPECT_THROW(cfg::set_epsilon(-1e-7), ktape::ValueError);
+  EXPECT_THROW(cfg::set_epsilon(std::nan("")), ktape::ValueError);
+  EXPECT_THROW(cfg::set_epsilon(INFINITY), ktape::ValueError);
+  EXPECT_EQ(cfg::epsilon(), 0.0);  // unchanged
 }
 
 TEST_F(ConfigTest, SetImageDataFormat) {
