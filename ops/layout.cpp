@@ -276,9 +276,9 @@ Prepared slice_prepare(const PrepareArgs& a) {
     if (p.shape[ax] != x[ax]) return p;
   const auto sl = attrs::Slice::of(a.node.attrs);
   p.view_input = 0;
-  p.view_offset = static_cast<std::size_t>(sl.start[0] * (x.num_elements() / std::max<std::int64_t>(
-                                                                                x[0], 1))) *
-                  dtype_size(a.node.dtype);
+  p.view_offset =
+      static_cast<std::size_t>(sl.start[0] * (x.num_elements() / std::max<std::int64_t>(x[0], 1))) *
+      dtype_size(a.node.dtype);
   return p;
 }
 G slice_grad(const Node& n, const Tensor&, const Tensor& g) {

@@ -14,6 +14,7 @@
 
 #include "distributed/distributed.hpp"
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -130,8 +131,8 @@ TEST(Distributed, RanksReducingDifferentSizesAllGetAValueError) {
       (void)f(in);
       ADD_FAILURE() << "no error on rank " << D::rank();
     } catch (const ktape::ValueError& e) {
-      EXPECT_NE(std::string(e.what()).find("every rank must reduce tensors of one shape"),
-                std::string::npos)
+      EXPECT_TRUE(
+          ktape::testing_util::contains(e.what(), "every rank must reduce tensors of one shape"))
           << e.what();
     }
   }
@@ -288,15 +289,14 @@ TEST(Distributed, Errors) {
   EXPECT_THROW((void)D::distributed_optimizer(std::unique_ptr<O::Optimizer>()), ktape::ValueError);
   O::SGD sgd;
   EXPECT_THROW((void)D::distributed_optimizer(sgd, {.bucket_bytes = 0}), ktape::ValueError);
-  const char* outside = std::getenv("KTAPE_DISTRIBUTED_TIMEOUT");
-  const std::string saved = outside ? outside : "";
+  const auto outside = ktape::testing_util::get_env("KTAPE_DISTRIBUTED_TIMEOUT");
   ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", "soon", 1);
   EXPECT_THROW((void)D::timeout_seconds(), ktape::ValueError);
   ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", "2.5", 1);
   EXPECT_DOUBLE_EQ(D::timeout_seconds(), 2.5);
   ::unsetenv("KTAPE_DISTRIBUTED_TIMEOUT");
   EXPECT_DOUBLE_EQ(D::timeout_seconds(), 300);
-  if (outside) ::setenv("KTAPE_DISTRIBUTED_TIMEOUT", saved.c_str(), 1);
+  ktape::testing_util::restore_env("KTAPE_DISTRIBUTED_TIMEOUT", outside);
 }
 
 }  // namespace

@@ -138,13 +138,13 @@ TEST(Gemm, SplitDepthMatchesTheOracle) {
   // Deep products whose depth parallel_gemm cuts into slices (gemm_tiles().chunks > 1), with a
   // last slice shorter than the others, tiles that end inside C, and every order of C (the
   // partial sums are added through C's strides).
-  ASSERT_GT(ktape::kernels::gemm_tiles(150, 70, 2051).chunks, 1);
-  ASSERT_GT(ktape::kernels::gemm_tiles(20, 300, 1500).chunks, 1);
+  ASSERT_GT(ktape::kernels::gemm_tiles(130, 70, 1101).chunks, 1);
+  ASSERT_GT(ktape::kernels::gemm_tiles(20, 300, 1100).chunks, 1);
   for (GemmLibrary lib : libraries())
     for (bool acc : {false, true}) {
-      check_product<float>(lib, 150, 70, 2051, true, false, false, acc, true);
-      check_product<double>(lib, 150, 70, 2051, false, true, true, acc, true);
-      check_product<float>(lib, 20, 300, 1500, false, false, true, acc, true);
+      check_product<float>(lib, 130, 70, 1101, true, false, false, acc, true);
+      check_product<double>(lib, 130, 70, 1101, false, true, true, acc, true);
+      check_product<float>(lib, 20, 300, 1100, false, false, true, acc, true);
     }
 }
 

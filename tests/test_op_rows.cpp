@@ -36,11 +36,11 @@ const std::vector<OpRow>& cached() {
 // Every row of every family.
 std::vector<const OpRow*> all_rows() {
   std::vector<const OpRow*> r;
-  for (const auto* fam : {&cached<core_rows>(), &cached<elementwise_rows>(),
-                          &cached<reductions_rows>(), &cached<nn_rows>(), &cached<layout_rows>(),
-                          &cached<control_rows>(), &cached<loops_rows>(), &cached<conv_rows>(),
-                          &cached<indexing_rows>(), &cached<ctc_rows>(), &cached<sparse_rows>(),
-                          &cached<collective_rows>()})
+  for (const auto* fam :
+       {&cached<core_rows>(), &cached<elementwise_rows>(), &cached<reductions_rows>(),
+        &cached<nn_rows>(), &cached<layout_rows>(), &cached<control_rows>(), &cached<loops_rows>(),
+        &cached<conv_rows>(), &cached<indexing_rows>(), &cached<ctc_rows>(), &cached<sparse_rows>(),
+        &cached<collective_rows>()})
     for (const OpRow& row : *fam) r.push_back(&row);
   return r;
 }

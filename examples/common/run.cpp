@@ -25,6 +25,24 @@ void add_run_flags(train::FlagParser& flags, RunFlags& run) {
   flags.text("--plot", run.plot_path);
 }
 
+bool start_rank(int threads) {
+  namespace D = ktape::distributed;
+  D::init();
+  if (threads > 0)
+    ktape::set_num_threads(threads);
+  else if (D::local_size() > 1 && !std::getenv("KTAPE_NUM_THREADS"))
+    ktape::set_num_threads(D::threads_per_rank());  // the ranks on a machine share its cores
+  return D::rank() == 0;
+}
+
+void describe_ranks(std::ostream& out) {
+  namespace D = ktape::distributed;
+  if (D::size() > 1)
+    out << D::size() << " processes (MPI) of " << ktape::num_threads()
+        << " kernel thread(s), each on its slice of every global batch of " << D::size()
+        << " x --batch-size samples\n";
+}
+
 int run_classifier(const std::string& program, const RunFlags& run,
                    const std::function<std::unique_ptr<Classifier>()>& make,
                    const std::function<std::string(const Classifier&)>& describe,
@@ -34,14 +52,9 @@ int run_classifier(const std::string& program, const RunFlags& run,
     namespace K = ktape::backend;
     namespace T = ktape::train;
     // Under mpirun: one rank per process, rank 0 alone prints and writes files.
-    D::init();
-    const bool lead = D::rank() == 0;
+    const bool lead = start_rank(run.threads);
     std::ostringstream quiet;
     std::ostream& out = lead ? std::cout : quiet;
-    if (run.threads > 0)
-      ktape::set_num_threads(run.threads);
-    else if (D::local_size() > 1 && !std::getenv("KTAPE_NUM_THREADS"))
-      ktape::set_num_threads(D::threads_per_rank());  // the ranks on a machine share its cores
     // Output paths fail now, not after the first epoch has trained.
     if (lead && !run.save_path.empty()) T::check_writable("--save", run.save_path);
     if (lead && !run.history_path.empty()) T::check_writable("--history", run.history_path);
@@ -51,10 +64,7 @@ int run_classifier(const std::string& program, const RunFlags& run,
     const std::int64_t n = train.images.shape()[0];
     out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
         << " test samples; backend " << K::backend() << '\n';
-    if (D::size() > 1)
-      out << D::size() << " processes (MPI) of " << ktape::num_threads()
-          << " kernel thread(s), each on its slice of every global batch of " << D::size()
-          << " x --batch-size samples\n";
+    describe_ranks(out);
     const auto model = make();
     if (!run.load_path.empty()) {
       if (D::size() > 1) {

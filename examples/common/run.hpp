@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "examples/common/classifier.hpp"
@@ -24,6 +25,14 @@ struct RunFlags {
 
 // Registers --epochs, --threads, --limit, --data-dir, --save, --load, --history and --plot.
 void add_run_flags(train::FlagParser& flags, RunFlags& run);
+
+// Starts this process's rank (ktape/distributed: one process when not launched by mpirun) and
+// sets its kernel threads: `threads` if > 0, else, when the machine runs several ranks and
+// KTAPE_NUM_THREADS is unset, its cores divided among them. Returns whether this is rank 0, the
+// one that prints and writes files.
+bool start_rank(int threads);
+// Under mpirun, the line saying how the ranks split every batch (nothing for one process).
+void describe_ranks(std::ostream& out);
 
 // Runs the training described above; `make` builds the model (after the data loaded),
 // `describe` gives the line printed about it. Returns the exit code: every exception becomes

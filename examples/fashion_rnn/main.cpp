@@ -13,6 +13,7 @@
 
 #include "distributed/distributed.hpp"
 #include "examples/common/rnn_model.hpp"
+#include "examples/common/run.hpp"
 #include "train/flags.hpp"
 #include "train/progbar.hpp"
 
@@ -64,24 +65,16 @@ int main(int argc, char** argv) {
     namespace T = ktape::train;
     // Under mpirun: one rank per process, each on its slice of every global batch; rank 0
     // alone prints.
-    D::init();
-    const bool lead = D::rank() == 0;
+    const bool lead = ktape::examples::start_rank(threads);
     std::ostringstream quiet;
     std::ostream& out = lead ? std::cout : quiet;
-    if (threads > 0)
-      ktape::set_num_threads(threads);
-    else if (D::local_size() > 1 && !std::getenv("KTAPE_NUM_THREADS"))
-      ktape::set_num_threads(D::threads_per_rank());  // the ranks on a machine share its cores
     K::set_random_seed(cfg.seed);
     const auto train = ktape::data::load_fashion_mnist(data_dir, "train", limit);
     const auto test = ktape::data::load_fashion_mnist(data_dir, "t10k", limit);
     const std::int64_t n = train.images.shape()[0];
     out << "Fashion-MNIST: " << n << " train, " << test.images.shape()[0]
         << " test samples; backend " << K::backend() << '\n';
-    if (D::size() > 1)
-      out << D::size() << " processes (MPI) of " << ktape::num_threads()
-          << " kernel thread(s), each on its slice of every global batch of " << D::size()
-          << " x --batch-size samples\n";
+    ktape::examples::describe_ranks(out);
     ktape::examples::RnnClassifier model(cfg);
     char line[512];
     std::snprintf(
