@@ -1,6 +1,6 @@
 // Trains a 784-256-128-10 MLP on Fashion-MNIST with a Keras optimizer, showing Keras's progress
 // bar, and optionally logs a CSV history, plots it as SVG and checkpoints after every epoch.
-//   fashion_mlp [--optimizer sgd|momentum|nesterov|rmsprop|adagrad|adadelta|adam|adamax|nadam]
+//   fashion_mlp [--optimizer adam|sgd|momentum|nesterov|rmsprop|adagrad|adadelta|adamax|nadam]
 //               [--epochs 10] [--batch-size 128] [--lr X] [--dropout 0.2] [--seed 1]
 //               [--limit N] [--data-dir /usr/share/datasets/fashion-mnist]
 //               [--save FILE.npz] [--load FILE.npz] [--history FILE.csv] [--plot FILE.svg]
@@ -19,7 +19,7 @@ constexpr const char* kUsage =
     "                   [--threads N]\n"
     "                   [--seed N] [--limit N] [--data-dir DIR] [--save FILE.npz]\n"
     "                   [--load FILE.npz] [--history FILE.csv] [--plot FILE.svg]\n"
-    "  --optimizer  sgd (default), momentum, nesterov, rmsprop, adagrad, adadelta, adam, adamax,\n"
+    "  --optimizer  adam (default), sgd, momentum, nesterov, rmsprop, adagrad, adadelta, adamax,\n"
     "               nadam; --lr defaults to sgd 0.1, momentum/nesterov 0.01 (momentum 0.9),\n"
     "               rmsprop 0.001, adagrad 0.01, adadelta 1.0, adam 0.001, adamax/nadam 0.002\n"
     "  --epochs     total epochs, counting those of a --load'ed checkpoint (default 10)\n"
@@ -40,6 +40,9 @@ constexpr const char* kUsage =
 int main(int argc, char** argv) {
   ktape::examples::RunFlags run;
   ktape::examples::MlpConfig cfg;
+  // Adam, as the CNN and RNN examples and Keras's own Fashion-MNIST tutorial: it reaches 0.88 in
+  // 10 epochs at batch 128 and at 256 (mpirun -np 2), where plain SGD stays at 0.86 with 256.
+  cfg.optimizer = "adam";
   ktape::train::FlagParser flags("fashion_mlp", kUsage);
   ktape::examples::add_run_flags(flags, run);
   flags.integer("--batch-size", cfg.batch_size, 1);
