@@ -34,7 +34,7 @@ struct State {
   double timeout = 300;  // timeout_seconds() when init ran
 };
 State g_state;
-std::mutex g_mu;  // one collective at a time, and init/finalize
+[[maybe_unused]] std::mutex g_mu;  // one collective at a time, and init/finalize
 
 [[maybe_unused]] std::string where() {
   return "ktape::distributed (rank " + std::to_string(g_state.rank) + ")";
