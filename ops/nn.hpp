@@ -15,6 +15,10 @@ struct ReluOptions {
   std::optional<double> max_value;
   double threshold = 0.0;
 };
+/// Keras's relu: x above the threshold (clipped to [0, max_value] when set), alpha * (x -
+/// threshold) below it, 0 at it. NaN stays NaN, as on TF. With alpha 0 every value at or below
+/// the threshold gives +0, as tf.nn.relu does for the default options (relu(-inf) = 0); Keras's
+/// own threshold path, x * (x > threshold), would give NaN for -inf and -0 for negatives.
 Tensor relu(const Tensor& x, const ReluOptions& options = {});
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);

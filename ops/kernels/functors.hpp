@@ -139,18 +139,29 @@ struct TanhF {
 // relu(x, alpha, max_value, threshold) as Keras 2.2.4 on TF: for x > threshold, x (clipped to
 // [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
 // 0 at x == threshold.
+// relu as Keras on TF computes it: NaN stays NaN (every TF path propagates it), and with alpha 0
+// everything at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
 struct ReluF {
   double alpha, max_value, threshold;
   template <class C>
   C operator()(C x) const {
     const double v = static_cast<double>(x);
+    if (v != v) return x;
     if (v > threshold) {
       if (std::isfinite(max_value))
         return static_cast<C>(v < 0 ? 0.0 : (v > max_value ? max_value : v));
       return x;
     }
-    if (v < threshold) return static_cast<C>(alpha * (v - threshold));
+    if (v < threshold && alpha != 0) return static_cast<C>(alpha * (v - threshold));
     return C(0);
+  }
+};
+// The same for relu's default options (alpha 0, no max_value, threshold 0), in a form that
+// vectorizes: !(x <= 0) keeps NaN and positives, and maps -inf, -0 and negatives to +0.
+struct ReluPlainF {
+  template <class C>
+  C operator()(C x) const {
+    return x <= C(0) ? C(0) : x;
   }
 };
 // d relu / dx times g (one-sided choices at kinks follow TF: 0 at x == threshold and at the clip
@@ -159,6 +170,7 @@ struct ReluGradF {
   double alpha, max_value, threshold;
   template <class C>
   C operator()(C x, C g) const {
+    if (alpha == 0 && threshold == 0 && !std::isfinite(max_value)) return g * C(x > C(0));
     const double v = static_cast<double>(x);
     if (v > threshold) {
       if (std::isfinite(max_value) && (v < 0 || v >= max_value)) return C(0);
@@ -166,6 +178,15 @@ struct ReluGradF {
     }
     if (v < threshold) return static_cast<C>(alpha * static_cast<double>(g));
     return C(0);
+  }
+};
+
+// ReluGradF for relu's default options, as TF's ReluGrad: g * (x > 0), so a NaN or infinite
+// gradient reaching a unit at or below 0 gives NaN there, as it does in TF.
+struct ReluGradPlainF {
+  template <class C>
+  C operator()(C x, C g) const {
+    return g * C(x > C(0));
   }
 };
 

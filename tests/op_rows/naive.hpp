@@ -171,8 +171,9 @@ inline Arr clip(const Arr& a, double lo, double hi) {
 // Keras's relu (spec 3.15): x above the threshold (clipped to max_value), alpha * (x - threshold)
 // below it, 0 at the threshold.
 inline double relu(double x, double alpha = 0, double max_value = HUGE_VAL, double threshold = 0) {
+  if (std::isnan(x)) return x;
   if (x > threshold) return std::min(x, max_value);
-  if (x < threshold) return alpha * (x - threshold);
+  if (x < threshold && alpha != 0) return alpha * (x - threshold);
   return 0.0;
 }
 

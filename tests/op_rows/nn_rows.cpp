@@ -47,6 +47,25 @@ std::vector<OpRow> nn_rows() {
        {g.away({4, 5}, -2, 2.5, {0.5, 1.5})})
       .ref_gradcheck()
       .formula([](const In& in) { return relu_ref(in[0], 0.2, 1.5, 0.5); });
+  // The special values, by hand, as TF's relu gives them: NaN stays NaN, -inf and negatives
+  // give +0 (not NaN from 0 * -inf, nor -0 from 0 * -3); in the gradient (seed 1 per element)
+  // only positives pass.
+  const double nan = std::nan("");
+  t.values("relu_special_values_by_hand", [](const V& x) { return K::relu(x[0]); },
+           {f64({nan, -inf, inf, -3, -0.0, 0, 2}, {7})})
+      .expect({nan, 0, inf, 0, 0, 0, 2}, {7})
+      .exact()
+      .signed_zeros();
+  t.values("relu_special_values_gradient_by_hand",
+           [](const V& x) { return K::gradients(K::sum(K::relu(x[0])), {x[0]})[0]; },
+           {f64({nan, -inf, inf, -3, -0.0, 0, 2}, {7})})
+      .expect({0, 0, 1, 0, 0, 0, 1}, {7})
+      .exact()
+      .signed_zeros();
+  t.values("relu_alpha_keeps_nan_by_hand", [](const V& x) { return K::relu(x[0], {.alpha = 0.5}); },
+           {f64({nan, -inf, -2, 3}, {4})})
+      .expect({nan, -inf, -1, 3}, {4})
+      .exact();
   // relu'(x) * x + relu(x): differentiating the ReluGrad node w.r.t. its incoming gradient
   t.op("relu_times_x",
        [](const V& x) {
