@@ -138,9 +138,8 @@ struct TanhF {
 
 // relu(x, alpha, max_value, threshold) as Keras 2.2.4 on TF: for x > threshold, x (clipped to
 // [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
-// 0 at x == threshold.
-// relu as Keras on TF computes it: NaN stays NaN (every TF path propagates it), and with alpha 0
-// everything at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
+// 0 at x == threshold. NaN stays NaN (every TF path propagates it), and with alpha 0 everything
+// at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
 struct ReluF {
   double alpha, max_value, threshold;
   template <class C>
