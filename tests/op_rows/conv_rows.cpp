@@ -428,6 +428,13 @@ std::vector<OpRow> conv_rows() {
       .second_order()
       .no_unknown_dims()
       .formula([](const In& in) { return naive::conv(in[0], in[1], {}); });
+  // A first layer's shape (one input channel: 9 columns, no GEMM in the forward and filter
+  // passes) with 35 filters: one 32-wide register block and a remainder.
+  t.op("conv2d_thin_first_layer_grad",
+       [](const V& x) { return K::conv2d(x[0], x[1], {.padding = "same"}); },
+       {g.normal({2, 6, 5, 1}), g.normal({3, 3, 1, 35})})
+      .no_unknown_dims()
+      .formula([](const In& in) { return naive::conv(in[0], in[1], {.padding = "same"}); });
   t.op("conv2d_same_stride2_grad", [same2](const V& x) { return K::conv2d(x[0], x[1], same2); },
        {g.normal({2, 5, 6, 2}), g.normal({3, 3, 2, 3})})
       .no_unknown_dims()
