@@ -155,6 +155,11 @@ struct ReluF {
     return C(0);
   }
 };
+// Whether relu's options are its defaults (alpha 0, no max_value, threshold 0), for which the
+// Plain functors below give the same values as ReluF and ReluGradF, vectorized.
+inline bool is_plain_relu(double alpha, double max_value, double threshold) {
+  return alpha == 0 && threshold == 0 && !std::isfinite(max_value);
+}
 // The same for relu's default options (alpha 0, no max_value, threshold 0), in a form that
 // vectorizes: !(x <= 0) keeps NaN and positives, and maps -inf, -0 and negatives to +0.
 struct ReluPlainF {
@@ -163,13 +168,22 @@ struct ReluPlainF {
     return x <= C(0) ? C(0) : x;
   }
 };
+// ReluGradF for relu's default options, as TF's ReluGrad: g * (x > 0), so a NaN or infinite
+// gradient reaching a unit at or below 0 gives NaN there, as it does in TF.
+struct ReluGradPlainF {
+  template <class C>
+  C operator()(C x, C g) const {
+    return g * C(x > C(0));
+  }
+};
+
 // d relu / dx times g (one-sided choices at kinks follow TF: 0 at x == threshold and at the clip
 // bounds' outer side).
 struct ReluGradF {
   double alpha, max_value, threshold;
   template <class C>
   C operator()(C x, C g) const {
-    if (alpha == 0 && threshold == 0 && !std::isfinite(max_value)) return g * C(x > C(0));
+    if (is_plain_relu(alpha, max_value, threshold)) return ReluGradPlainF{}(x, g);
     const double v = static_cast<double>(x);
     if (v > threshold) {
       if (std::isfinite(max_value) && (v < 0 || v >= max_value)) return C(0);
@@ -177,15 +191,6 @@ struct ReluGradF {
     }
     if (v < threshold) return static_cast<C>(alpha * static_cast<double>(g));
     return C(0);
-  }
-};
-
-// ReluGradF for relu's default options, as TF's ReluGrad: g * (x > 0), so a NaN or infinite
-// gradient reaching a unit at or below 0 gives NaN there, as it does in TF.
-struct ReluGradPlainF {
-  template <class C>
-  C operator()(C x, C g) const {
-    return g * C(x > C(0));
   }
 };
 

@@ -428,8 +428,8 @@ std::vector<OpRow> conv_rows() {
       .second_order()
       .no_unknown_dims()
       .formula([](const In& in) { return naive::conv(in[0], in[1], {}); });
-  // A first layer's shape (one input channel: 9 columns, no GEMM in the forward and filter
-  // passes) with 35 filters: one 32-wide register block and a remainder.
+  // A first layer's shape (one input channel: 9 columns, the forward's direct loop instead of a
+  // GEMM) with 35 filters: one 32-wide register block and a remainder.
   t.op("conv2d_thin_first_layer_grad",
        [](const V& x) { return K::conv2d(x[0], x[1], {.padding = "same"}); },
        {g.normal({2, 6, 5, 1}), g.normal({3, 3, 1, 35})})

@@ -5,7 +5,6 @@
 //   forward:         Y[tile]  = gather(x)[tile]  . W            W  = kernel as (cells*in, out)
 //   backprop input:  dX[tile] = gather(dy)[tile] . Wt           Wt = kernel as (cells*out, in)
 //   backprop filter: dW       = sum over tiles of gather(x)[tile]^T . dY[tile]  (fixed order)
-// Thin products (a first layer's window of few input channels, channels_last) skip the GEMM.
 // The backprop-input gather reads, for each input pixel and window cell, the output pixel whose
 // window put that cell there (zero where none did), so every tile writes only its own pixels.
 // Groupings other than one group (depthwise) run a direct loop, parallel over output elements;
@@ -203,29 +202,6 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
   }
 }
 
-// acc += col^T . d for a tile of `rows` pixels (col: rows x cols, d: rows x out_cols, both
-// row-major) when cols is small (a first layer's window of one to a few input channels): the
-// GEMM would be m = cols rows deep in packing for a few FLOPs a row. Each pixel adds its d row,
-// kBlock output channels at a time, to the cols rows of acc, in pixel order.
-template <class T>
-void thin_filter_product(const T* col, std::int64_t rows, std::int64_t cols, const T* d,
-                         std::int64_t out_cols, T* acc) {
-  constexpr std::int64_t kBlock = 32;
-  using Block = Eigen::Matrix<T, 1, kBlock>;
-  std::int64_t o0 = 0;
-  for (; o0 + kBlock <= out_cols; o0 += kBlock)
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const Block dr = Eigen::Map<const Block>(d + r * out_cols + o0);
-      const T* a = col + r * cols;
-      for (std::int64_t j = 0; j < cols; ++j)
-        Eigen::Map<Block>(acc + j * out_cols + o0).noalias() += a[j] * dr;
-    }
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < cols; ++j)
-      for (std::int64_t o = o0; o < out_cols; ++o)
-        acc[j * out_cols + o] += col[r * cols + j] * d[r * out_cols + o];
-}
-
 template <class T>
 void run_tiles(const ConvPlan& p, char* scratch, bool backward, const WindowDims& g, const T* src,
                const Layout& sl, const T* m, T* out, const Layout& ol) {
@@ -413,10 +389,6 @@ void conv_backprop_filter_kernel(const KernelCall& c) {
       const std::int64_t rows = std::min(p.rows, g.out_pixels - p0);
       gather(g, false, x, xl, n, p0, rows, col);
       const T* dimg = dy + yl.image(n);
-      if (!g.cf && p.cols <= kDirectCols) {
-        thin_filter_product(col, rows, p.cols, dimg + p0 * g.cy, p.out_cols, acc);
-        continue;
-      }
       const MatRef<const T> d =
           g.cf ? MatRef<const T>{dimg + p0, 1, g.out_pixels} : row_major(dimg + p0 * g.cy, g.cy);
       gemm<T>(p.cols, p.out_cols, rows, row_major<const T>(col, p.cols).t(), d,

@@ -146,15 +146,10 @@ void sigmoid_kernel(const KernelCall& c) {
     }
   });
 }
-// The same values as ReluF / ReluGradF give for these options (functors.hpp).
-template <class A>
-bool is_plain_relu(const A& f) {
-  return f.alpha == 0 && f.threshold == 0 && !std::isfinite(f.max_value);
-}
 template <class T>
 void relu_kernel(const KernelCall& c) {
   const auto f = attrs::Relu::of(*c.attrs);
-  if (is_plain_relu(f))
+  if (is_plain_relu(f.alpha, f.max_value, f.threshold))
     unary_loop<T>(c, ReluPlainF{}, 0.25);  // vectorized: a quarter of a scalar element's cost
   else
     unary_loop<T>(c, ReluF{f.alpha, f.max_value, f.threshold}, 1.0);
@@ -162,7 +157,7 @@ void relu_kernel(const KernelCall& c) {
 template <class T>
 void relu_grad_kernel(const KernelCall& c) {
   const auto f = attrs::Relu::of(*c.attrs);
-  if (is_plain_relu(f))
+  if (is_plain_relu(f.alpha, f.max_value, f.threshold))
     binary_fast<T>(c, ReluGradPlainF{});
   else
     binary_fast<T>(c, ReluGradF{f.alpha, f.max_value, f.threshold});
