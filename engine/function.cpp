@@ -248,7 +248,8 @@ std::string Function::describe_plan() const {
            std::string(dtype_name(v.dtype)) + " '" + s.node->name + "'";
     if (s.fused)
       out += " [fused: " + std::to_string(s.fused->instrs.size()) + " kernels, " +
-             std::to_string(s.fused->out_values.size()) + " outputs]";
+             std::to_string(s.fused->out_values.size()) + " outputs, " +
+             std::to_string((s.fused->scratch_bytes + 1023) / 1024) + " KB of registers]";
     out += "\n";
   }
   out += "commits: " + std::to_string(impl_->last->commits.size()) + " copied, " +

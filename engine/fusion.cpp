@@ -200,7 +200,23 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     std::vector<char> is_member_out(nv, 0);
     for (int m : ms)
       is_member_out[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(m)].out)] = 1;
-    for (int m : ms) {
+    // Registers are reused: the slot of a value is free again after the last member that reads
+    // it (never for that member's own output, so no kernel runs in place). A pass then keeps a
+    // few chunks live instead of one per intermediate, and stays in L1.
+    std::vector<int> last_use(nv, -1);
+    for (std::size_t i = 0; i < ms.size(); ++i)
+      for (int iv : p.steps[static_cast<std::size_t>(ms[i])].in_values) {
+        const int r = p.values[static_cast<std::size_t>(iv)].root;
+        if (is_member_out[static_cast<std::size_t>(r)])
+          last_use[static_cast<std::size_t>(r)] = static_cast<int>(i);
+      }
+    struct Slot {
+      std::size_t offset, bytes;
+    };
+    std::vector<Slot> free_slots;
+    std::vector<std::pair<int, Slot>> held;  // (value, slot) of the live registers
+    for (std::size_t i = 0; i < ms.size(); ++i) {
+      const int m = ms[i];
       Step& ms_step = p.steps[static_cast<std::size_t>(m)];
       FusedInstr ins;
       ins.fn = ms_step.fn;
@@ -240,15 +256,34 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
         if (m != root) step->extra_outs.push_back(v);
       } else {
         o = {FusedOperand::kRegister, false, static_cast<int>(prog->reg_offset.size())};
-        prog->reg_offset.push_back(prog->scratch_bytes);
-        prog->scratch_bytes +=
+        const std::size_t bytes =
             (static_cast<std::size_t>(prog->chunk) * dtype_size(val.dtype) + 63) / 64 * 64;
+        auto fit = std::find_if(free_slots.begin(), free_slots.end(),
+                                [&](const Slot& f) { return f.bytes >= bytes; });
+        Slot slot{prog->scratch_bytes, bytes};
+        if (fit != free_slots.end()) {
+          slot = *fit;
+          free_slots.erase(fit);
+        } else {
+          prog->scratch_bytes += bytes;
+        }
+        prog->reg_offset.push_back(slot.offset);
+        held.emplace_back(v, slot);
       }
       where[static_cast<std::size_t>(v)] = o;
       ins.out = o;
       ins.dtype = val.dtype;
       prog->max_in = std::max(prog->max_in, static_cast<int>(ins.ins.size()));
       prog->instrs.push_back(std::move(ins));
+      // Release the registers this member read last (and an output nobody in the pass reads).
+      for (std::size_t h = 0; h < held.size();) {
+        if (last_use[static_cast<std::size_t>(held[h].first)] <= static_cast<int>(i)) {
+          free_slots.push_back(held[h].second);
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(h));
+        } else {
+          ++h;
+        }
+      }
     }
     // Each column input's values for one chunk's runs, after the registers.
     prog->column_offset.assign(step->in_values.size(), 0);

@@ -99,6 +99,13 @@ TEST(Fusion, AdamChainIsOnePassAndIdenticalToUnfused) {
       // committed by a copy after the call.
       EXPECT_NE(fused_plan.find("commits: 1 copied, 2 written in place"), std::string::npos)
           << fused_plan;
+      // The 10 intermediates share registers: at most 3 live at once, each a chunk of 2,048
+      // elements (one per intermediate would be 80 KB in float32, more than L1).
+      const std::size_t at = fused_plan.find(" KB of registers]");
+      ASSERT_NE(at, std::string::npos) << fused_plan;
+      const std::size_t from = fused_plan.rfind(' ', at - 1) + 1;
+      const int kb = std::stoi(fused_plan.substr(from, at - from));
+      EXPECT_LE(kb, 3 * 2 * static_cast<int>(ktape::dtype_size(dt))) << fused_plan;
     }
   }
 }
@@ -145,6 +152,32 @@ TEST(Fusion, IntermediatesUsedElsewhereAreWrittenOut) {
     } else {
       EXPECT_EQ(f1.num_steps(), f0.num_steps());  // the oracle runs one kernel per node
     }
+  }
+}
+
+TEST(Fusion, RegistersReadLateKeepTheirValues) {
+  // Registers are reused once read for the last time: `a` is read again after four more
+  // intermediates come and go, and `bits` (bool, a narrower register) sits between them. A slot
+  // handed out too early would change the fused result; by hand at a few elements as well.
+  K::clear_session();
+  const std::int64_t n = 2048 * 2 + 5;
+  auto x = K::placeholder({K::None});
+  auto a = K::exp(x * 0.5);
+  auto bits = K::greater(x, 0.25);
+  auto b = K::square(a + 1.0) * 0.5 - x;
+  auto y = K::switch_(bits, b - a, a * 3.0) + K::tanh(x);
+  auto f1 = K::function({x}, {y});
+  auto f0 = K::function({x}, {y}, {}, {.fuse = false});
+  NDArray xv = ramp(Shape{n}, 1.5, -0.5);
+  auto r1 = f1({xv});
+  auto r0 = f0({xv});
+  EXPECT_EQ(f1.num_steps(), 1u) << f1.describe_plan();
+  expect_identical(r1[0], r0[0], "fused vs unfused");
+  for (std::int64_t i = 0; i < n; i += 409) {
+    const double xi = static_cast<float>(xv.item(i)), ai = std::exp(0.5 * xi);
+    const double bi = 0.5 * (ai + 1) * (ai + 1) - xi;
+    const double yi = (xi > 0.25 ? bi - ai : 3 * ai) + std::tanh(xi);
+    EXPECT_NEAR(r1[0].item(i), yi, 1e-5 * (1 + std::abs(yi))) << i;
   }
 }
 

@@ -140,6 +140,17 @@ struct TanhF {
 // [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
 // 0 at x == threshold. NaN stays NaN (every TF path propagates it), and with alpha 0 everything
 // at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
+// clip to [lo, hi] for lo <= hi (K::clip orders them); NaN stays NaN. The same values as
+// "v < lo ? lo : (v > hi ? hi : v)", written as a max then a min that compile to vmaxps and
+// vminps (each returns its second operand when one is NaN), so the loop vectorizes.
+template <class C>
+struct ClipF {
+  C lo, hi;
+  C operator()(C v) const {
+    const C t = lo > v ? lo : v;
+    return hi < t ? hi : t;
+  }
+};
 struct ReluF {
   double alpha, max_value, threshold;
   template <class C>

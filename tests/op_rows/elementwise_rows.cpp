@@ -420,6 +420,17 @@ std::vector<OpRow> elementwise_rows() {
     t.values(
          "clip_infinite_bound_by_hand", [](const V& v) { return K::clip(v[0], 0, kInf); }, x)
         .expect({0, 0, 0.5, 2}, {4});
+    // By hand: NaN stays NaN (TF's clip_by_value is minimum then maximum, both keep NaN),
+    // infinities go to the bounds, signed zeros inside the bounds are kept. 18 elements: the
+    // cpu kernel's 8-wide vector loop and its scalar tail both see NaN and the bounds.
+    const double n = kNaN;
+    t.values(
+         "clip_special_values_by_hand", [](const V& v) { return K::clip(v[0], -1, 1); },
+         {f64({n, -kInf, kInf, -2, -0.0, 0, 0.5, 3, n, -kInf, kInf, -0.5, 1, -1, n, -3, 2, -0.0},
+              {18})})
+        .expect({n, -1, 1, -1, -0.0, 0, 0.5, 1, n, -1, 1, -0.5, 1, -1, n, -1, 1, -0.0}, {18})
+        .exact()
+        .signed_zeros();
   }
   {
     const In xy = {f64({1, 5, 3}, {3}), f64({4, 2, 3}, {3})};
