@@ -48,7 +48,8 @@ void BM_CnnStep(benchmark::State& state) {
 BENCHMARK(BM_CnnStep)
     ->ArgsProduct({{32, 128}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 // One element of t: what a benchmark Function returns so that copying out the result costs
 // nothing.
@@ -93,7 +94,8 @@ void BM_Conv2d(benchmark::State& state) {
 BENCHMARK(BM_Conv2d)
     ->ArgsProduct({{1, 2}, {0, 1, 2}, {128}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 // BM_Relu/<0 default options (the vectorized functors), 1 the general path (max_value 1e30:
 // the same values for these inputs)>/<0 relu, 1 its gradient>: on the Fashion CNN's first
@@ -117,6 +119,9 @@ void BM_Relu(benchmark::State& state) {
   state.SetLabel(std::string(general ? "general path" : "default options") +
                  (grad ? ", gradient" : ", forward"));
 }
-BENCHMARK(BM_Relu)->ArgsProduct({{0, 1}, {0, 1}})->UseRealTime();
+BENCHMARK(BM_Relu)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 }  // namespace

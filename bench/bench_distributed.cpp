@@ -93,19 +93,22 @@ BENCHMARK(BM_DistributedStep)
     ->Iterations(400)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 BENCHMARK(BM_DistributedStep)
     ->ArgsProduct({{1}, {32}, {0, 1}})
     ->Iterations(60)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 BENCHMARK(BM_DistributedStep)
     ->ArgsProduct({{1}, {128}, {0, 1}})
     ->Iterations(16)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 }  // namespace
 

@@ -64,6 +64,11 @@ void BM_FmaPeak(benchmark::State& state) {
   ktape::bench::set_flops(state, 2.0 * kLanes * kChains * static_cast<double>(kIters) * tasks);
   state.SetLabel(ktape::bench::threads_label(threads));
 }
-BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FmaPeak)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 }  // namespace

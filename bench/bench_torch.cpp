@@ -17,6 +17,8 @@
 #include <memory>
 #include <thread>
 
+#include "bench/bench_util.hpp"
+
 namespace {
 
 struct TorchMlp : torch::nn::Module {
@@ -72,7 +74,8 @@ void BM_TorchMlpStep(benchmark::State& state) {
 BENCHMARK(BM_TorchMlpStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 struct TorchLstm : torch::nn::Module {
   torch::nn::LSTM lstm{nullptr};
@@ -95,7 +98,8 @@ void BM_TorchLstmStep(benchmark::State& state) {
 BENCHMARK(BM_TorchLstmStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 struct TorchCnn : torch::nn::Module {
   torch::nn::Conv2d c1{nullptr}, c2{nullptr};
@@ -121,6 +125,7 @@ void BM_TorchCnnStep(benchmark::State& state) {
 BENCHMARK(BM_TorchCnnStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", ktape::bench::min_of);
 
 }  // namespace

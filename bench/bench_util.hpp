@@ -5,9 +5,11 @@
 
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/kernels/cpu/gemm.hpp"
 
@@ -18,6 +20,13 @@ inline std::unique_ptr<tbb::global_control> limit_threads(std::int64_t threads) 
   if (threads <= 0) return nullptr;
   return std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
                                                static_cast<std::size_t>(threads));
+}
+
+// The "min" statistic of --benchmark_repetitions (every benchmark registers it): on a shared,
+// noisy machine the fastest repetition is the steadiest figure, and old/new binaries are best
+// compared by it. It applies to the counters too (the slowest rate of a FLOPS counter).
+inline double min_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
 inline std::string threads_label(std::int64_t threads) {
