@@ -320,14 +320,16 @@ class Compiler {
           p_.values[u].root == static_cast<int>(u))
         var_vi = static_cast<int>(u);
     if (var_vi >= 0 && is_output[static_cast<std::size_t>(var_vi)]) return false;
-    int w = -1;  // the step writing the new value
+    int w = -1, writers = 0;  // the step writing the new value (a placed concatenation: several)
     for (std::size_t si = 0; si < p_.steps.size(); ++si) {
       const Step& st = p_.steps[si];
       if (st.out == cv ||
-          std::find(st.extra_outs.begin(), st.extra_outs.end(), cv) != st.extra_outs.end())
+          std::find(st.extra_outs.begin(), st.extra_outs.end(), cv) != st.extra_outs.end()) {
         w = static_cast<int>(si);
+        ++writers;
+      }
     }
-    if (w < 0) return false;
+    if (w < 0 || writers > 1) return false;
     const Step& writer = p_.steps[static_cast<std::size_t>(w)];
     if (!writer.fused && !op_def(writer.node->op).elementwise) return false;
     for (std::size_t si = static_cast<std::size_t>(w); si < p_.steps.size(); ++si)
@@ -393,12 +395,17 @@ class Compiler {
       produced[static_cast<std::size_t>(step.out)] = 1;
       for (int o : step.extra_outs) produced[static_cast<std::size_t>(o)] = 1;
     }
+    // A concatenation that fused passes write in place (engine/fusion.cpp) is an output of each
+    // of them: its buffer is taken at the first.
+    std::vector<char> allocated(p_.values.size(), 0);
     for (std::size_t si = 0; si < p_.steps.size(); ++si) {
       Step& step = p_.steps[si];
       outs.assign(1, step.out);
       outs.insert(outs.end(), step.extra_outs.begin(), step.extra_outs.end());
       for (int o : outs) {
         Value& out = val(o);
+        if (allocated[static_cast<std::size_t>(o)]) continue;
+        allocated[static_cast<std::size_t>(o)] = 1;
         out.offset = arena.alloc(out.bytes);
         if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead
       }

@@ -180,6 +180,70 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
   }
 
+  // Concatenations placed by their producers: when every input of a concatenation is computed
+  // by a fused pass and read by nothing outside it, each pass writes its rows of the input
+  // straight into their place in the output (from the register the kernel wrote, while it is in
+  // cache), and the concatenation runs no kernel. The output is written by several passes: it
+  // is an extra output of each, allocated at the first.
+  struct Placement {
+    std::int64_t width, pitch, offset;
+    int concat;  // the output value
+  };
+  std::vector<int> placed(nv, -1);  // value root -> index in placements
+  std::vector<Placement> placements;
+  std::vector<char> removed(ns, 0);
+  std::vector<int> producer(nv, -1);  // value root -> member step of a group of two or more
+  for (std::size_t si = 0; si < ns; ++si) {
+    const int g = group_of[si];
+    if (g >= 0 && members[static_cast<std::size_t>(g)].size() >= 2)
+      producer[static_cast<std::size_t>(p.steps[si].out)] = static_cast<int>(si);
+  }
+  for (std::size_t s = 0; s < ns; ++s) {
+    const Step& st = p.steps[s];
+    if (!st.node || st.fused || group_of[s] >= 0) continue;
+    const OpDef& def = op_def(st.node->op);
+    if (!def.concat_axis) continue;
+    const Value& out = p.values[static_cast<std::size_t>(st.out)];
+    const int axis = def.concat_axis(*st.node);
+    if (out.root != st.out || axis < 0 || axis >= out.shape.ndim() || out.size == 0) continue;
+    std::int64_t rows = 1;
+    for (int d = 0; d < axis; ++d) rows *= out.shape[d];
+    const std::int64_t pitch = out.size / rows;
+    std::vector<std::pair<int, Placement>> mine;
+    std::int64_t offset = 0;
+    bool ok = true;
+    for (int iv : st.in_values) {
+      const Value& in = p.values[static_cast<std::size_t>(iv)];
+      const int r = in.root;
+      const int m = producer[static_cast<std::size_t>(r)];
+      if (m < 0 || in.alias_offset != 0 || in.size != p.values[static_cast<std::size_t>(r)].size ||
+          in.dtype != out.dtype || in.size % rows != 0 || pinned[static_cast<std::size_t>(r)] ||
+          offset_view[static_cast<std::size_t>(r)] || placed[static_cast<std::size_t>(r)] >= 0) {
+        ok = false;
+        break;
+      }
+      const int g = group_of[static_cast<std::size_t>(m)];
+      const std::int64_t width = in.size / rows;
+      const auto& cs = consumers[static_cast<std::size_t>(r)];
+      ok = width > 0 &&
+           std::all_of(cs.begin(), cs.end(),
+                       [&](int c) {
+                         return c == static_cast<int>(s) ||
+                                group_of[static_cast<std::size_t>(c)] == g;
+                       }) &&
+           std::none_of(mine.begin(), mine.end(), [&](const auto& q) { return q.first == r; });
+      if (!ok) break;
+      mine.push_back({r, Placement{width, pitch, offset, st.out}});
+      offset += width;
+    }
+    if (!ok || offset != pitch) continue;
+    for (const auto& [r, pl] : mine) {
+      placed[static_cast<std::size_t>(r)] = static_cast<int>(placements.size());
+      placements.push_back(pl);
+    }
+    removed[s] = 1;
+  }
+
   // Build one fused step per group of two or more.
   std::vector<std::unique_ptr<Step>> fused_at(ns);
   for (std::size_t g = 0; g < members.size(); ++g) {
@@ -245,10 +309,22 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       const int v = ms_step.out;
       const Value& val = p.values[static_cast<std::size_t>(v)];
       const auto& cs = consumers[static_cast<std::size_t>(v)];
-      const bool escapes = m == root || pinned[static_cast<std::size_t>(v)] ||
-                           std::any_of(cs.begin(), cs.end(), [&](int c) {
-                             return group_of[static_cast<std::size_t>(c)] != static_cast<int>(g);
-                           });
+      const int pl = placed[static_cast<std::size_t>(v)];
+      const bool escapes =
+          pl < 0 && (m == root || pinned[static_cast<std::size_t>(v)] ||
+                     std::any_of(cs.begin(), cs.end(), [&](int c) {
+                       return group_of[static_cast<std::size_t>(c)] != static_cast<int>(g);
+                     }));
+      if (pl >= 0) {  // computed in a register, its rows then copied into the concatenation
+        const Placement& place = placements[static_cast<std::size_t>(pl)];
+        auto slot = std::find(prog->out_values.begin(), prog->out_values.end(), place.concat);
+        ins.place_slot = static_cast<int>(slot - prog->out_values.begin());
+        if (slot == prog->out_values.end()) prog->out_values.push_back(place.concat);
+        prog->places = true;
+        ins.place_width = place.width;
+        ins.place_pitch = place.pitch;
+        ins.place_offset = place.offset;
+      }
       FusedOperand o;
       if (escapes) {
         o = {FusedOperand::kOutput, false, static_cast<int>(prog->out_values.size())};
@@ -300,6 +376,17 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     step->fn = &run_fused;
     step->node = p.steps[static_cast<std::size_t>(root)].node;
     step->out = p.steps[static_cast<std::size_t>(root)].out;
+    // The concatenations it writes into are outputs of the step (its result, when that is
+    // placed too).
+    if (const int pl = placed[static_cast<std::size_t>(step->out)]; pl >= 0)
+      step->out = placements[static_cast<std::size_t>(pl)].concat;
+    for (const FusedInstr& ins : prog->instrs) {
+      if (ins.place_slot < 0) continue;
+      const int cv = prog->out_values[static_cast<std::size_t>(ins.place_slot)];
+      if (cv != step->out &&
+          std::find(step->extra_outs.begin(), step->extra_outs.end(), cv) == step->extra_outs.end())
+        step->extra_outs.push_back(cv);
+    }
     step->fused = std::move(prog);
     fused_at[static_cast<std::size_t>(root)] = std::move(step);
   }
@@ -309,7 +396,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   for (std::size_t s = 0; s < ns; ++s) {
     if (fused_at[s])
       out.push_back(std::move(*fused_at[s]));
-    else if (group_of[s] < 0)
+    else if (group_of[s] < 0 && !removed[s])
       out.push_back(std::move(p.steps[s]));
   }
   p.steps = std::move(out);
@@ -365,6 +452,25 @@ void run_fused(const KernelCall& c) {
                             start * static_cast<std::int64_t>(dtype_size(dt)),
                         dims, full_ndim, len, dt};
       };
+      // The places of this chunk's rows in a concatenation are strided, so the hardware does
+      // not fetch them ahead of the writes: ask for their lines now, while the kernels run.
+      if (P.places)
+        for (const FusedInstr& ins : P.instrs) {
+          if (ins.place_slot < 0) continue;
+          const std::size_t es = dtype_size(ins.dtype);
+          const std::int64_t w = ins.place_width;
+          const char* dst =
+              static_cast<const char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
+          for (std::int64_t e = start; e < start + len;) {
+            const std::int64_t col = e % w, run = std::min(w - col, start + len - e);
+            const char* at =
+                dst +
+                static_cast<std::size_t>((e / w) * ins.place_pitch + ins.place_offset + col) * es;
+            for (std::size_t b = 0; b < static_cast<std::size_t>(run) * es; b += 64)
+              __builtin_prefetch(at + b, 1, 3);
+            e += run;
+          }
+        }
       for (const FusedInstr& ins : P.instrs) {
         for (std::size_t k = 0; k < ins.ins.size(); ++k)
           args[k] = ref(ins.ins[k], ins.in_dtypes[k]);
@@ -375,6 +481,22 @@ void run_fused(const KernelCall& c) {
         kc.attrs = ins.attrs;
         kc.seed = ins.seed;
         ins.fn(kc);
+        if (ins.place_slot >= 0) {
+          const std::size_t es = dtype_size(ins.dtype);
+          const std::int64_t w = ins.place_width;
+          const char* src = static_cast<const char*>(kc.out.data);
+          char* dst = static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
+          // Element e of the input goes to (e / w) * pitch + offset + e % w: the chunk in runs
+          // that end at its rows' ends.
+          for (std::int64_t e = start; e < start + len;) {
+            const std::int64_t col = e % w, run = std::min(w - col, start + len - e);
+            std::memcpy(
+                dst + static_cast<std::size_t>((e / w) * ins.place_pitch + ins.place_offset + col) *
+                          es,
+                src + static_cast<std::size_t>(e - start) * es, static_cast<std::size_t>(run) * es);
+            e += run;
+          }
+        }
       }
     }
   };

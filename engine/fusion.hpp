@@ -39,6 +39,11 @@ struct FusedInstr {
   std::vector<DType> in_dtypes;
   FusedOperand out;
   DType dtype = DType::float32;  // of the result
+  // A result placed into a concatenation (OpDef::concat_axis): after the kernel, each of the
+  // chunk's rows of `width` elements is copied from the register to output slot `place_slot`,
+  // at element (row * place_pitch + place_offset). -1: not placed.
+  int place_slot = -1;
+  std::int64_t place_width = 0, place_pitch = 0, place_offset = 0;
 };
 
 struct FusedProgram {
@@ -54,6 +59,7 @@ struct FusedProgram {
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;
   int max_in = 0;
+  bool places = false;          // some instruction places its result into a concatenation
   std::vector<int> out_values;  // value index written by each output slot
   std::vector<void*> out_ptrs;  // resolved buffers of the output slots
 };

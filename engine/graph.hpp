@@ -91,6 +91,7 @@ struct Prepared {
 using PrepareFn = Prepared (*)(const PrepareArgs& args);
 // A set of a node's inputs: bit i stands for input i.
 using InputMaskFn = unsigned (*)(const Node& node);
+using AxisFn = int (*)(const Node& node);
 
 // Everything the engine and autodiff know about one op kind, in one record defined next to the
 // op's builder (define_op with designated initializers). Fields left out keep these defaults.
@@ -139,6 +140,10 @@ struct OpDef {
   // Runs for its effect (print_tensor): a plan that holds the node computes it even when nothing
   // reads its data.
   bool side_effect = false;
+  // The output is its inputs placed one after another along this (non-negative) axis, all of
+  // the output's dtype (concatenate): Function may let the fused passes that compute the inputs
+  // write each one straight into its place in the output, and run no kernel for the node.
+  AxisFn concat_axis = nullptr;
 };
 
 // The op table: one record per op kind, read-only once registered. ensure_ops_registered fills

@@ -538,7 +538,10 @@ void register_layout_ops() {
             {.shape = &reshape_like_rule, .grad = &reshape_like_grad, .alias_input = 0});
   define_op(Op::ExpandAxes, {.shape = &expand_rule, .grad = &expand_grad, .alias_input = 0});
   define_op(Op::SqueezeAxes, {.shape = &squeeze_rule, .grad = &squeeze_grad, .alias_input = 0});
-  define_op(Op::Concat, {.shape = &concat_rule, .grad = &concat_grad});
+  define_op(Op::Concat,
+            {.shape = &concat_rule, .grad = &concat_grad, .concat_axis = [](const Node& n) {
+               return attrs::Axis::of(n.attrs).axis;
+             }});
   define_op(Op::ConcatPart, {.shape = &concat_part_rule, .grad = &concat_part_grad});
   define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad, .prepare = &slice_prepare});
   define_op(Op::SlicePad,

@@ -181,6 +181,79 @@ TEST(Fusion, RegistersReadLateKeepTheirValues) {
   }
 }
 
+// The concatenation of fused chains' results (an LSTM's gate gradients): each pass writes its
+// rows straight into the output and the concatenation runs no kernel, with the values of the
+// unfused plan (the same kernels) and of the reference backend.
+struct ConcatCase {
+  std::vector<Tensor> in;
+  Tensor out;
+  std::vector<NDArray> feed;
+};
+
+ConcatCase chains_concatenated(int axis, DType dt, bool read_twice) {
+  const std::string d(ktape::dtype_name(dt));
+  ConcatCase c;
+  // Widths 128, 64 and 256 along the last axis; 16 and 48 rows along axis 0 (of 2-D inputs
+  // (16, 128), (48, 128)); a middle axis of (4, r, 128).
+  const std::vector<Shape> shapes =
+      axis == 1 ? std::vector<Shape>{{40, 128}, {40, 64}, {40, 256}}
+      : axis == 0 ? std::vector<Shape>{{16, 128}, {48, 128}, {8, 128}}
+                  : std::vector<Shape>{{4, 3, 128}, {4, 5, 128}, {4, 2, 128}};
+  std::vector<Tensor> parts;
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    auto x = K::placeholder(shapes[k], {.dtype = d});
+    c.in.push_back(x);
+    c.feed.push_back(ramp(shapes[k], 1.0 + 0.5 * static_cast<double>(k), 0.1, dt));
+    auto a = K::sigmoid(x) * (1.0 - K::sigmoid(x));  // a fused chain
+    parts.push_back(a * x + 0.25);
+  }
+  const int ax = axis == 2 ? 1 : axis;
+  c.out = K::concatenate(parts, ax);
+  if (read_twice) c.out = c.out + K::sum(parts[1]);  // part 1 is also read outside the concat
+  c.out = K::tanh(c.out);
+  return c;
+}
+
+TEST(Fusion, ConcatenatedChainsAreWrittenInPlace) {
+  for (int axis : {1, 0, 2})
+    for (DType dt : {DType::float32, DType::float64})
+      for (bool read_twice : {false, true}) {
+        const std::string what = "axis " + std::to_string(axis) + " " +
+                                 std::string(ktape::dtype_name(dt)) +
+                                 (read_twice ? " read twice" : "");
+        K::clear_session();
+        auto c = chains_concatenated(axis, dt, read_twice);
+        auto fused = K::function(c.in, {c.out});
+        auto plain = K::function(c.in, {c.out}, {}, {.fuse = false});
+        auto ref = K::function(c.in, {c.out}, {}, {.backend = "reference"});
+        auto a = fused(c.feed);
+        auto b = plain(c.feed);
+        auto r = ref(c.feed);
+        expect_identical(a[0], b[0], what);
+        expect_close(a[0], r[0], dt == DType::float32 ? 1e-6 : 1e-14, what);
+        const std::string plan = fused.describe_plan();
+        // Placed: no Concat step. Part 1 read by a reduction too stays an array, and so the
+        // concatenation stays a kernel.
+        EXPECT_EQ(plan.find("Concat") == std::string::npos, !read_twice) << what << "\n" << plan;
+      }
+}
+
+TEST(Fusion, ConcatenationPlacedByHand) {
+  // concatenate([2x + 1, x * x], -1) of x = [[1, 2], [3, 4]] (2 x 2 each): rows
+  // [3, 5, 1, 4] and [7, 9, 9, 16]; fed twice, then the second feed [[0, -1], [5, 0.5]].
+  K::clear_session();
+  auto x = K::placeholder({K::None, 2});
+  auto y = K::concatenate({x * 2.0 + 1.0, K::square(x) * 1.0}, -1);
+  auto f = K::function({x}, {y});
+  auto r = f({NDArray::from_values({1, 2, 3, 4}, Shape{2, 2}, DType::float32)});
+  const std::vector<double> want = {3, 5, 1, 4, 7, 9, 9, 16};
+  for (std::int64_t i = 0; i < 8; ++i) EXPECT_EQ(r[0].item(i), want[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(f.describe_plan().find("Concat"), std::string::npos) << f.describe_plan();
+  r = f({NDArray::from_values({0, -1, 5, 0.5}, Shape{2, 2}, DType::float32)});
+  const std::vector<double> want2 = {1, -1, 0, 1, 11, 2, 25, 0.25};
+  for (std::int64_t i = 0; i < 8; ++i) EXPECT_EQ(r[0].item(i), want2[static_cast<std::size_t>(i)]);
+}
+
 TEST(Fusion, RowOperandsAndSmallArraysMatchReference) {
   K::clear_session();
   auto x = K::placeholder({K::None, 300});
