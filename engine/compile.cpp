@@ -375,11 +375,25 @@ class Compiler {
   // 4. Liveness and arena offsets: a buffer lives from its step to its last reader; outputs and
   // committed values are pinned; a step's scratch lives during that step only.
   void plan_arena() {
-    for (std::size_t si = 0; si < p_.steps.size(); ++si)
-      for (int in : p_.steps[si].in_values) {
+    // A value with several writers (a concatenation placed by fused passes) lives until its
+    // last writer at least, even when nothing reads its data (a control dependency).
+    std::vector<int> writers(p_.values.size(), 0), last_write(p_.values.size(), -1);
+    for (std::size_t si = 0; si < p_.steps.size(); ++si) {
+      const Step& st = p_.steps[si];
+      for (int in : st.in_values) {
         Value& r = val(root_of(in));
         r.last_use = std::max(r.last_use, static_cast<int>(si));
       }
+      auto wrote = [&](int o) {
+        if (last_write[static_cast<std::size_t>(o)] == static_cast<int>(si)) return;
+        ++writers[static_cast<std::size_t>(o)];
+        last_write[static_cast<std::size_t>(o)] = static_cast<int>(si);
+      };
+      wrote(st.out);
+      for (int o : st.extra_outs) wrote(o);
+    }
+    for (std::size_t v = 0; v < p_.values.size(); ++v)
+      if (writers[v] > 1) p_.values[v].last_use = std::max(p_.values[v].last_use, last_write[v]);
     for (const auto& t : r_.outputs) {
       const int vi = index_of(t);
       p_.outputs.push_back(vi);
