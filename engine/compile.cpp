@@ -340,7 +340,8 @@ class Compiler {
       for (std::size_t k = 0; k < st.in_values.size(); ++k) {
         if (root_of(st.in_values[k]) != var_vi) continue;
         if (static_cast<int>(si) > w) return false;  // read after the write
-        if (!st.fused) continue;  // the writer itself reads it, element by element
+        if (!st.fused) continue;                 // the writer itself reads it, element by element
+        if (st.fused->has_blocks) return false;  // a gathered block reads other elements
         // In the fused pass: every instruction reading input k runs no later than the writer.
         int write_at = -1, last_read = -1;
         const auto& prog = *st.fused;

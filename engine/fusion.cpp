@@ -244,6 +244,43 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     removed[s] = 1;
   }
 
+  // Slices gathered by their readers: a block of an array (OpDef::block_of) read only by fused
+  // passes, as a full operand, is gathered by each pass chunk by chunk from the array, and the
+  // slice runs no kernel and takes no buffer.
+  std::vector<int> gathered(nv, -1);  // value root -> the slice's step
+  for (std::size_t s = 0; s < ns; ++s) {
+    const Step& st = p.steps[s];
+    if (!st.node || st.fused || group_of[s] >= 0 || removed[s] || st.in_values.empty()) continue;
+    const OpDef& def = op_def(st.node->op);
+    if (!def.block_of) continue;
+    const int r = st.out;
+    const Value& out = p.values[static_cast<std::size_t>(r)];
+    const Value& src = p.values[static_cast<std::size_t>(st.in_values[0])];
+    if (out.root != r || out.size == 0 || src.dtype != out.dtype ||
+        pinned[static_cast<std::size_t>(r)] || offset_view[static_cast<std::size_t>(r)] ||
+        placed[static_cast<std::size_t>(r)] >= 0)
+      continue;
+    const Block b = def.block_of(*st.node, src.shape, out.shape);
+    if (b.rows <= 0 || b.rows * b.width != out.size) continue;
+    const auto& cs = consumers[static_cast<std::size_t>(r)];
+    const bool ok = std::all_of(cs.begin(), cs.end(), [&](int c) {
+      const int g = group_of[static_cast<std::size_t>(c)];
+      if (g < 0 || members[static_cast<std::size_t>(g)].size() < 2) return false;
+      const int groot = group_root[static_cast<std::size_t>(g)];
+      const Step& c_step = p.steps[static_cast<std::size_t>(c)];
+      // Read whole, at the pass's size, and not through a view of another size.
+      return p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(groot)].out)]
+                     .size == out.size &&
+             std::all_of(c_step.in_values.begin(), c_step.in_values.end(), [&](int iv) {
+               const Value& in = p.values[static_cast<std::size_t>(iv)];
+               return in.root != r || (iv == r || (in.alias_offset == 0 && in.size == out.size));
+             });
+    });
+    if (!ok || cs.empty()) continue;
+    gathered[static_cast<std::size_t>(r)] = static_cast<int>(s);
+    removed[s] = 1;
+  }
+
   // Build one fused step per group of two or more.
   std::vector<std::unique_ptr<Step>> fused_at(ns);
   for (std::size_t g = 0; g < members.size(); ++g) {
@@ -294,6 +331,20 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
           continue;
         }
         auto& w = where[static_cast<std::size_t>(iv)];
+        if (const int sl = gathered[static_cast<std::size_t>(r)]; w.index < 0 && sl >= 0) {
+          const Step& slice = p.steps[static_cast<std::size_t>(sl)];
+          w.where = FusedOperand::kInput;
+          w.index = static_cast<int>(step->in_values.size());
+          w.block = true;
+          step->in_values.push_back(slice.in_values[0]);
+          prog->block.resize(step->in_values.size());
+          prog->block.back() =
+              op_def(slice.node->op)
+                  .block_of(*slice.node,
+                            p.values[static_cast<std::size_t>(slice.in_values[0])].shape,
+                            p.values[static_cast<std::size_t>(r)].shape);
+          prog->has_blocks = true;
+        }
         if (w.index < 0) {
           w.where = FusedOperand::kInput;
           w.index = static_cast<int>(step->in_values.size());
@@ -373,6 +424,18 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
                               63) /
                              64 * 64;
     }
+    // Each block input's gathered chunk, after them.
+    prog->block.resize(step->in_values.size());
+    prog->block_offset.assign(step->in_values.size(), 0);
+    for (std::size_t k = 0; k < step->in_values.size(); ++k) {
+      if (prog->block[k].rows == 0) continue;
+      prog->block_offset[k] = prog->scratch_bytes;
+      prog->scratch_bytes +=
+          (static_cast<std::size_t>(prog->chunk) *
+               dtype_size(p.values[static_cast<std::size_t>(step->in_values[k])].dtype) +
+           63) /
+          64 * 64;
+    }
     step->fn = &run_fused;
     step->node = p.steps[static_cast<std::size_t>(root)].node;
     step->out = p.steps[static_cast<std::size_t>(root)].out;
@@ -425,6 +488,9 @@ void run_fused(const KernelCall& c) {
         switch (o.where) {
           case FusedOperand::kInput: {
             const ArrayRef& a = c.in[o.index];
+            if (o.block)
+              return ArrayRef{regs + P.block_offset[static_cast<std::size_t>(o.index)], dims,
+                              full_ndim, len, a.dtype};
             if (o.scalar) return ArrayRef{a.data, nullptr, 0, 1, a.dtype};
             if (o.row) return ArrayRef{a.data, row_dims, 1, P.row, a.dtype};
             if (o.column) {
@@ -452,6 +518,23 @@ void run_fused(const KernelCall& c) {
                             start * static_cast<std::int64_t>(dtype_size(dt)),
                         dims, full_ndim, len, dt};
       };
+      // Block inputs: this chunk's elements gathered from their arrays, once for every reader.
+      if (P.has_blocks)
+        for (std::size_t k = 0; k < P.block.size(); ++k) {
+          const Block& b = P.block[k];
+          if (b.rows == 0) continue;
+          const std::size_t es = dtype_size(c.in[k].dtype);
+          const char* from = static_cast<const char*>(c.in[k].data);
+          char* to = regs + P.block_offset[k];
+          for (std::int64_t e = start; e < start + len;) {
+            const std::int64_t col = e % b.width, run = std::min(b.width - col, start + len - e);
+            std::memcpy(
+                to + static_cast<std::size_t>(e - start) * es,
+                from + static_cast<std::size_t>((e / b.width) * b.pitch + b.offset + col) * es,
+                static_cast<std::size_t>(run) * es);
+            e += run;
+          }
+        }
       // The places of this chunk's rows in a concatenation are strided, so the hardware does
       // not fetch them ahead of the writes: ask for their lines now, while the kernels run.
       if (P.places)

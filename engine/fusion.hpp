@@ -29,6 +29,7 @@ struct FusedOperand {
   int index = 0;        // input slot, register or output slot
   bool row = false;     // a row input (a bias) broadcast over the chunk's rows
   bool column = false;  // a column input (a channels_first bias): one value per run of `inner`
+  bool block = false;   // a block of the input (a slice, OpDef::block_of), gathered per chunk
 };
 
 struct FusedInstr {
@@ -55,6 +56,11 @@ struct FusedProgram {
   std::int64_t inner = 0;
   std::int64_t chunk = 0;                  // elements per pass
   std::vector<std::size_t> column_offset;  // per input slot (column inputs only)
+  // Block inputs: per input slot, the block (rows 0: none) and where each chunk's elements are
+  // gathered in the thread's scratch, once per chunk before the instructions run.
+  std::vector<Block> block;
+  std::vector<std::size_t> block_offset;
+  bool has_blocks = false;
   std::vector<FusedInstr> instrs;
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;

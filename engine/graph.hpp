@@ -92,6 +92,12 @@ using PrepareFn = Prepared (*)(const PrepareArgs& args);
 // A set of a node's inputs: bit i stands for input i.
 using InputMaskFn = unsigned (*)(const Node& node);
 using AxisFn = int (*)(const Node& node);
+// A block of an array: `rows` runs of `width` elements, `pitch` elements apart, the first at
+// element `offset`. rows 0: not a block.
+struct Block {
+  std::int64_t rows = 0, width = 0, pitch = 0, offset = 0;
+};
+using BlockFn = Block (*)(const Node& node, const Shape& in, const Shape& out);
 
 // Everything the engine and autodiff know about one op kind, in one record defined next to the
 // op's builder (define_op with designated initializers). Fields left out keep these defaults.
@@ -144,6 +150,11 @@ struct OpDef {
   // the output's dtype (concatenate): Function may let the fused passes that compute the inputs
   // write each one straight into its place in the output, and run no kernel for the node.
   AxisFn concat_axis = nullptr;
+  // The output is a block of input 0 (a slice along one axis), of the same dtype: output
+  // element e is input element (e / width) * pitch + offset + e % width. Function may let the
+  // fused passes that read the output gather it from input 0 chunk by chunk instead, and run no
+  // kernel for the node.
+  BlockFn block_of = nullptr;
 };
 
 // The op table: one record per op kind, read-only once registered. ensure_ops_registered fills

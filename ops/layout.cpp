@@ -265,6 +265,23 @@ Shape slice_rule(const Node& n, const std::vector<Shape>& in) {
   }
   return Shape(std::move(d));
 }
+// A slice along one axis is a block of its input (OpDef::block_of); along several, it is not.
+Block slice_block(const Node& n, const Shape& x, const Shape& y) {
+  if (x.ndim() != y.ndim() || x.ndim() == 0) return {};
+  int axis = -1;
+  for (int a = 0; a < x.ndim(); ++a)
+    if (x[a] != y[a]) {
+      if (axis >= 0) return {};
+      axis = a;
+    }
+  if (axis < 0) axis = 0;
+  std::int64_t rows = 1, inner = 1;
+  for (int a = 0; a < axis; ++a) rows *= x[a];
+  for (int a = axis + 1; a < x.ndim(); ++a) inner *= x[a];
+  const auto sl = attrs::Slice::of(n.attrs);
+  if (rows <= 0 || inner <= 0 || y[axis] <= 0) return {};
+  return {rows, y[axis] * inner, x[axis] * inner, sl.start[static_cast<std::size_t>(axis)] * inner};
+}
 // A slice that takes whole rows (every axis after the first whole) is a contiguous range of its
 // input: a view (no copy) when the input lives in the arena, else the kernel copies it.
 Prepared slice_prepare(const PrepareArgs& a) {
@@ -543,7 +560,10 @@ void register_layout_ops() {
                return attrs::Axis::of(n.attrs).axis;
              }});
   define_op(Op::ConcatPart, {.shape = &concat_part_rule, .grad = &concat_part_grad});
-  define_op(Op::Slice, {.shape = &slice_rule, .grad = &slice_grad, .prepare = &slice_prepare});
+  define_op(Op::Slice, {.shape = &slice_rule,
+                        .grad = &slice_grad,
+                        .prepare = &slice_prepare,
+                        .block_of = &slice_block});
   define_op(Op::SlicePad,
             {.shape = &slice_pad_rule, .grad = &slice_pad_grad, .shape_only = &input1_shape_only});
 }

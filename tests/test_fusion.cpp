@@ -306,6 +306,64 @@ TEST(Fusion, APlacedConcatenationNobodyReadsKeepsItsBufferUntilItsLastWriter) {
   }
 }
 
+TEST(Fusion, SlicesReadByFusedPassesAreGathered) {
+  // An LSTM cell's gates: column blocks of z = x w (computed) or of a fed array, read by fused
+  // passes that gather each chunk's elements from z; no Slice step runs. A slice also read by
+  // a reduction keeps its kernel. Middle-axis blocks of a 3-D array too.
+  for (int variant : {0, 1, 2, 3})
+    for (DType dt : {DType::float32, DType::float64}) {
+      const std::string d(ktape::dtype_name(dt));
+      const std::string what = "variant " + std::to_string(variant) + " " + d;
+      K::clear_session();
+      const bool three_d = variant == 3;
+      auto x = three_d ? K::placeholder({6, 10, 64}, {.dtype = d})
+                       : K::placeholder({K::None, 96}, {.dtype = d});
+      auto w = K::variable(ramp(Shape{96, 256}, 0.1, 0.0, dt), {.dtype = d});
+      auto z = three_d ? x : variant == 1 ? x : K::dot(x, w);
+      const std::int64_t width = three_d ? 2 : (variant == 1 ? 24 : 64);
+      auto gate = [&](std::int64_t k) {
+        return three_d ? K::slice(z, {0, k * width, 0}, {-1, width, -1})
+                       : K::slice(z, {0, k * width}, {-1, width});
+      };
+      auto i = K::sigmoid(gate(0)), f = K::sigmoid(gate(1)), g = K::tanh(gate(2));
+      auto c = f * 0.5 + i * g;
+      auto y = K::sigmoid(gate(3)) * K::tanh(c);
+      std::vector<Tensor> outs{y};
+      if (variant == 2) outs.push_back(K::sum(gate(3)));
+      auto fused = K::function({x}, outs);
+      auto plain = K::function({x}, outs, {}, {.fuse = false});
+      auto ref = K::function({x}, outs, {}, {.backend = "reference"});
+      NDArray xv =
+          three_d ? ramp(Shape{6, 10, 64}, 1.5, 0.1, dt) : ramp(Shape{37, 96}, 1.5, 0.1, dt);
+      auto a = fused({xv});
+      auto b = plain({xv});
+      auto r = ref({xv});
+      for (std::size_t k = 0; k < outs.size(); ++k) {
+        expect_identical(a[k], b[k], what);
+        expect_close(a[k], r[k], dt == DType::float32 ? 1e-5 : 1e-12, what);
+      }
+      const std::string plan = fused.describe_plan();
+      int slices = 0;  // steps of the plan that are Slice kernels (one per line)
+      for (std::size_t at = 0; at < plan.size(); at = plan.find('\n', at) + 1) {
+        slices += plan.compare(at, 6, "Slice ") == 0;
+        if (plan.find('\n', at) == std::string::npos) break;
+      }
+      EXPECT_EQ(slices, variant == 2 ? 1 : 0) << what << "\n" << plan;
+    }
+}
+
+TEST(Fusion, GatheredSliceByHand) {
+  // x = [[1, 2, 3, 4], [5, 6, 7, 8]]; a = x[:, 0:2], b = x[:, 2:4]; y = a * b + a (fed, so the
+  // block is gathered from the caller's array): [[1*3+1, 2*4+2], [5*7+5, 6*8+6]].
+  K::clear_session();
+  auto x = K::placeholder({K::None, 4});
+  auto a = K::slice(x, {0, 0}, {-1, 2}), b = K::slice(x, {0, 2}, {-1, 2});
+  auto f = K::function({x}, {a * b + a});
+  auto r = f({NDArray::from_values({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 4}, DType::float32)});
+  EXPECT_EQ(r[0].to_vector(), (std::vector<double>{4, 10, 40, 54}));
+  EXPECT_EQ(f.describe_plan().find("Slice"), std::string::npos) << f.describe_plan();
+}
+
 TEST(Fusion, RowOperandsAndSmallArraysMatchReference) {
   K::clear_session();
   auto x = K::placeholder({K::None, 300});
