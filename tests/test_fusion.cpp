@@ -308,8 +308,9 @@ TEST(Fusion, APlacedConcatenationNobodyReadsKeepsItsBufferUntilItsLastWriter) {
 
 TEST(Fusion, SlicesReadByFusedPassesAreGathered) {
   // An LSTM cell's gates: column blocks of z = x w (computed) or of a fed array, read by fused
-  // passes that gather each chunk's elements from z; no Slice step runs. A slice also read by
-  // a reduction keeps its kernel. Middle-axis blocks of a 3-D array too.
+  // passes that gather each chunk's elements from z; no Slice step runs. The fed case has 150
+  // rows of width 24: its second chunk (2,048 elements in) starts inside a row. A slice also read
+  // by a reduction keeps its kernel. Middle-axis blocks of a 3-D array too.
   for (int variant : {0, 1, 2, 3})
     for (DType dt : {DType::float32, DType::float64}) {
       const std::string d(ktape::dtype_name(dt));
@@ -333,8 +334,8 @@ TEST(Fusion, SlicesReadByFusedPassesAreGathered) {
       auto fused = K::function({x}, outs);
       auto plain = K::function({x}, outs, {}, {.fuse = false});
       auto ref = K::function({x}, outs, {}, {.backend = "reference"});
-      NDArray xv =
-          three_d ? ramp(Shape{6, 10, 64}, 1.5, 0.1, dt) : ramp(Shape{37, 96}, 1.5, 0.1, dt);
+      NDArray xv = three_d ? ramp(Shape{6, 10, 64}, 1.5, 0.1, dt)
+                           : ramp(Shape{variant == 1 ? 150 : 37, 96}, 1.5, 0.1, dt);
       auto a = fused({xv});
       auto b = plain({xv});
       auto r = ref({xv});
