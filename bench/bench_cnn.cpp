@@ -48,8 +48,7 @@ void BM_CnnStep(benchmark::State& state) {
 BENCHMARK(BM_CnnStep)
     ->ArgsProduct({{32, 128}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 // One element of t: what a benchmark Function returns so that copying out the result costs
 // nothing.
@@ -94,8 +93,7 @@ void BM_Conv2d(benchmark::State& state) {
 BENCHMARK(BM_Conv2d)
     ->ArgsProduct({{1, 2}, {0, 1, 2}, {128}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 // BM_Relu/<0 default options (the vectorized functors), 1 the general path (max_value 1e30:
 // the same values for these inputs)>/<0 relu, 1 its gradient>: on the Fashion CNN's first
@@ -119,9 +117,6 @@ void BM_Relu(benchmark::State& state) {
   state.SetLabel(std::string(general ? "general path" : "default options") +
                  (grad ? ", gradient" : ", forward"));
 }
-BENCHMARK(BM_Relu)
-    ->ArgsProduct({{0, 1}, {0, 1}})
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+BENCHMARK(BM_Relu)->ArgsProduct({{0, 1}, {0, 1}})->Apply(ktape::bench::real_time_min);
 
 }  // namespace

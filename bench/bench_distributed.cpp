@@ -93,22 +93,19 @@ BENCHMARK(BM_DistributedStep)
     ->Iterations(400)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 BENCHMARK(BM_DistributedStep)
     ->ArgsProduct({{1}, {32}, {0, 1}})
     ->Iterations(60)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 BENCHMARK(BM_DistributedStep)
     ->ArgsProduct({{1}, {128}, {0, 1}})
     ->Iterations(16)
     ->Repetitions(5)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 }  // namespace
 

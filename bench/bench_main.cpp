@@ -73,8 +73,7 @@ BENCHMARK(BM_MlpStep)
     ->ArgsProduct({{32, 128}, {0, 3}, {1, 2}})
     ->ArgsProduct({{32, 128}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 void BM_Dispatch(benchmark::State& state) {
   auto x = K::placeholder({1});
@@ -117,8 +116,7 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{128}, {3136}, {128}, {1, 2}, {0, 1}})
     ->ArgsProduct({{128}, {3584}, {512}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 // The MLP's parameters (784x256, 256, 256x128, 128, 128x10, 10: 235,146 floats) as variables,
 // one fed gradient g_i per parameter, and a loss whose gradient for p_i is exactly g_i:
@@ -184,12 +182,9 @@ void BM_AdamStep(benchmark::State& state) {
   run_update_bench(state, f, fg, mode);
 }
 BENCHMARK(BM_AdamStep)
-    ->Arg(0)
-    ->Arg(1)
-    ->Arg(2)
+    ->DenseRange(0, 2)
     ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 // The baseline of BM_AdamStep: the same gradients, each simply assigned to its parameter.
 void BM_FedGradient(benchmark::State& state) {
@@ -202,12 +197,9 @@ void BM_FedGradient(benchmark::State& state) {
   run_update_bench(state, f, fg, mode);
 }
 BENCHMARK(BM_FedGradient)
-    ->Arg(0)
-    ->Arg(1)
-    ->Arg(2)
+    ->DenseRange(0, 2)
     ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 }  // namespace
 

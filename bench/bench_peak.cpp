@@ -68,7 +68,6 @@ BENCHMARK(BM_FmaPeak)
     ->Arg(1)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 }  // namespace

@@ -75,7 +75,6 @@ void BM_LstmStep(benchmark::State& state) {
 BENCHMARK(BM_LstmStep)
     ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 }  // namespace

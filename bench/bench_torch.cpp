@@ -74,8 +74,7 @@ void BM_TorchMlpStep(benchmark::State& state) {
 BENCHMARK(BM_TorchMlpStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 struct TorchLstm : torch::nn::Module {
   torch::nn::LSTM lstm{nullptr};
@@ -98,8 +97,7 @@ void BM_TorchLstmStep(benchmark::State& state) {
 BENCHMARK(BM_TorchLstmStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 struct TorchCnn : torch::nn::Module {
   torch::nn::Conv2d c1{nullptr}, c2{nullptr};
@@ -125,7 +123,6 @@ void BM_TorchCnnStep(benchmark::State& state) {
 BENCHMARK(BM_TorchCnnStep)
     ->ArgsProduct({{32, 128}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->ComputeStatistics("min", ktape::bench::min_of);
+    ->Apply(ktape::bench::real_time_min);
 
 }  // namespace

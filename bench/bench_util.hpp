@@ -29,6 +29,12 @@ inline double min_of(const std::vector<double>& v) {
   return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end());
 }
 
+// Every benchmark's timing policy: wall-clock time (kernels run on oneTBB's threads) and the min
+// statistic. Registered with ->Apply(ktape::bench::real_time_min).
+inline void real_time_min(benchmark::internal::Benchmark* b) {
+  b->UseRealTime()->ComputeStatistics("min", min_of);
+}
+
 inline std::string threads_label(std::int64_t threads) {
   return threads > 0 ? std::to_string(threads) + (threads == 1 ? " thread" : " threads")
                      : "every core";

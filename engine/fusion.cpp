@@ -116,6 +116,19 @@ struct Scratch {
   }
 };
 
+// The elements [start, start + len) of a block (rows of `width`, `pitch` apart, from `offset`:
+// a gathered slice or a placed concatenation part) as runs that end at the rows' ends:
+// f(element of the block's array, position in the chunk, run length).
+template <class F>
+void for_each_run(std::int64_t start, std::int64_t len, std::int64_t width, std::int64_t pitch,
+                  std::int64_t offset, F&& f) {
+  for (std::int64_t e = start; e < start + len;) {
+    const std::int64_t col = e % width, run = std::min(width - col, start + len - e);
+    f((e / width) * pitch + offset + col, e - start, run);
+    e += run;
+  }
+}
+
 }  // namespace
 
 void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
@@ -257,8 +270,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     const Value& out = p.values[static_cast<std::size_t>(r)];
     const Value& src = p.values[static_cast<std::size_t>(st.in_values[0])];
     if (out.root != r || out.size == 0 || src.dtype != out.dtype ||
-        pinned[static_cast<std::size_t>(r)] || offset_view[static_cast<std::size_t>(r)] ||
-        placed[static_cast<std::size_t>(r)] >= 0)
+        pinned[static_cast<std::size_t>(r)] || offset_view[static_cast<std::size_t>(r)])
       continue;
     const Block b = def.block_of(*st.node, src.shape, out.shape);
     if (b.rows <= 0 || b.rows * b.width != out.size) continue;
@@ -526,14 +538,12 @@ void run_fused(const KernelCall& c) {
           const std::size_t es = dtype_size(c.in[k].dtype);
           const char* from = static_cast<const char*>(c.in[k].data);
           char* to = regs + P.block_offset[k];
-          for (std::int64_t e = start; e < start + len;) {
-            const std::int64_t col = e % b.width, run = std::min(b.width - col, start + len - e);
-            std::memcpy(
-                to + static_cast<std::size_t>(e - start) * es,
-                from + static_cast<std::size_t>((e / b.width) * b.pitch + b.offset + col) * es,
-                static_cast<std::size_t>(run) * es);
-            e += run;
-          }
+          for_each_run(start, len, b.width, b.pitch, b.offset,
+                       [&](std::int64_t at, std::int64_t pos, std::int64_t run) {
+                         std::memcpy(to + static_cast<std::size_t>(pos) * es,
+                                     from + static_cast<std::size_t>(at) * es,
+                                     static_cast<std::size_t>(run) * es);
+                       });
         }
       // The places of this chunk's rows in a concatenation are strided, so the hardware does
       // not fetch them ahead of the writes: ask for their lines now, while the kernels run.
@@ -541,18 +551,14 @@ void run_fused(const KernelCall& c) {
         for (const FusedInstr& ins : P.instrs) {
           if (ins.place_slot < 0) continue;
           const std::size_t es = dtype_size(ins.dtype);
-          const std::int64_t w = ins.place_width;
           const char* dst =
               static_cast<const char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
-          for (std::int64_t e = start; e < start + len;) {
-            const std::int64_t col = e % w, run = std::min(w - col, start + len - e);
-            const char* at =
-                dst +
-                static_cast<std::size_t>((e / w) * ins.place_pitch + ins.place_offset + col) * es;
-            for (std::size_t b = 0; b < static_cast<std::size_t>(run) * es; b += 64)
-              __builtin_prefetch(at + b, 1, 3);
-            e += run;
-          }
+          for_each_run(start, len, ins.place_width, ins.place_pitch, ins.place_offset,
+                       [&](std::int64_t at, std::int64_t, std::int64_t run) {
+                         const char* p0 = dst + static_cast<std::size_t>(at) * es;
+                         for (std::size_t b = 0; b < static_cast<std::size_t>(run) * es; b += 64)
+                           __builtin_prefetch(p0 + b, 1, 3);
+                       });
         }
       for (const FusedInstr& ins : P.instrs) {
         for (std::size_t k = 0; k < ins.ins.size(); ++k)
@@ -564,21 +570,16 @@ void run_fused(const KernelCall& c) {
         kc.attrs = ins.attrs;
         kc.seed = ins.seed;
         ins.fn(kc);
-        if (ins.place_slot >= 0) {
+        if (ins.place_slot >= 0) {  // the result's rows into their place in the concatenation
           const std::size_t es = dtype_size(ins.dtype);
-          const std::int64_t w = ins.place_width;
           const char* src = static_cast<const char*>(kc.out.data);
           char* dst = static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
-          // Element e of the input goes to (e / w) * pitch + offset + e % w: the chunk in runs
-          // that end at its rows' ends.
-          for (std::int64_t e = start; e < start + len;) {
-            const std::int64_t col = e % w, run = std::min(w - col, start + len - e);
-            std::memcpy(
-                dst + static_cast<std::size_t>((e / w) * ins.place_pitch + ins.place_offset + col) *
-                          es,
-                src + static_cast<std::size_t>(e - start) * es, static_cast<std::size_t>(run) * es);
-            e += run;
-          }
+          for_each_run(start, len, ins.place_width, ins.place_pitch, ins.place_offset,
+                       [&](std::int64_t at, std::int64_t pos, std::int64_t run) {
+                         std::memcpy(dst + static_cast<std::size_t>(at) * es,
+                                     src + static_cast<std::size_t>(pos) * es,
+                                     static_cast<std::size_t>(run) * es);
+                       });
         }
       }
     }

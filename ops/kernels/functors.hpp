@@ -136,10 +136,6 @@ struct TanhF {
   }
 };
 
-// relu(x, alpha, max_value, threshold) as Keras 2.2.4 on TF: for x > threshold, x (clipped to
-// [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
-// 0 at x == threshold. NaN stays NaN (every TF path propagates it), and with alpha 0 everything
-// at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
 // clip to [lo, hi] for lo <= hi (K::clip orders them); NaN stays NaN. The same values as
 // "v < lo ? lo : (v > hi ? hi : v)", written as a max then a min that compile to vmaxps and
 // vminps (each returns its second operand when one is NaN), so the loop vectorizes.
@@ -151,6 +147,11 @@ struct ClipF {
     return hi < t ? hi : t;
   }
 };
+
+// relu(x, alpha, max_value, threshold) as Keras 2.2.4 on TF: for x > threshold, x (clipped to
+// [0, max_value] when max_value is set, i.e. finite); for x < threshold, alpha * (x - threshold);
+// 0 at x == threshold. NaN stays NaN (every TF path propagates it), and with alpha 0 everything
+// at or below the threshold is +0 (tf.nn.relu: relu(-inf) = 0, relu(-3) = +0).
 struct ReluF {
   double alpha, max_value, threshold;
   template <class C>
