@@ -9,6 +9,8 @@
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
 //     gradient scaffolding that K::gradients adds, see FedGradients). Counters: `steps` = kernel
 //     launches per call, `floats/s` = parameters updated per second
+//   BM_FusedPass/<elements>/<0 six mul/add, 1 an LSTM cell>/<threads>: one fused pass (the grain
+//     policy at work)
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -198,6 +200,36 @@ void BM_FedGradient(benchmark::State& state) {
 }
 BENCHMARK(BM_FedGradient)
     ->DenseRange(0, 2)
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// One fused elementwise pass over `elements` floats, the grain policy's subject: kind 0 is six
+// cheap ops (mul/add), kind 1 an LSTM cell (sigmoids, tanh, products) on four inputs. Read with
+// 1 and 2 threads side by side: no size may get slower with the second thread.
+void BM_FusedPass(benchmark::State& state) {
+  const auto n = state.range(0);
+  const int kind = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  std::vector<ktape::Tensor> xs;
+  for (int i = 0; i < (kind == 0 ? 1 : 4); ++i) xs.push_back(K::placeholder({K::None}));
+  ktape::Tensor y;
+  if (kind == 0) {
+    y = xs[0];
+    for (int i = 0; i < 3; ++i) y = y * 1.0001 + 0.5;
+  } else {
+    y = K::sigmoid(xs[0]) * K::tanh(xs[1]) + K::sigmoid(xs[2]) * xs[3];
+  }
+  const auto f = K::function(xs, {y});
+  std::vector<NDArray> ins, outs;
+  for (std::size_t i = 0; i < xs.size(); ++i) ins.push_back(NDArray::full(Shape{n}, 0.25));
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetLabel(std::string(kind == 0 ? "6 mul/add, " : "lstm cell, ") +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_FusedPass)
+    ->ArgsProduct({{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20}, {0, 1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -129,6 +129,70 @@ void for_each_run(std::int64_t start, std::int64_t len, std::int64_t width, std:
   }
 }
 
+// The fused groups of a plan being built: each step's group (-1: none) and each group's members,
+// the step where it runs (its last member's) and how its operands broadcast.
+struct Groups {
+  std::vector<int> of;
+  std::vector<int> root;
+  std::vector<Broadcast> bc;
+  std::vector<std::vector<int>> members;
+  const std::vector<char>* offset_view = nullptr;  // value roots read through a partial view
+
+  std::int64_t size(const Plan& p, int g) const {
+    const int r = root[static_cast<std::size_t>(g)];
+    return p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(r)].out)].size;
+  }
+
+  // Merges groups `gs` (of one size, their broadcasts and `b` compatible) into the last-running
+  // one, if that is legal: the merged pass runs where the last of them ran, so what the earlier
+  // ones compute, and the steps `also` (the readers of a step about to join), must be read by
+  // nothing outside the merged groups before that. Returns the merged group, or -1 (no change).
+  int merge(const Plan& p, const std::vector<std::vector<int>>& consumers,
+            const std::vector<int>& gs, Broadcast b, const std::vector<int>& also) {
+    int last = -1, into = -1;
+    for (int g : gs) {
+      const Broadcast& gb = bc[static_cast<std::size_t>(g)];
+      if (!gb.none()) {
+        if (!b.none() && !(b == gb)) return -1;
+        b = gb;
+      }
+      if (root[static_cast<std::size_t>(g)] > last) {
+        last = root[static_cast<std::size_t>(g)];
+        into = g;
+      }
+    }
+    auto inside_or_after = [&](int c) {
+      return c > last ||
+             std::find(gs.begin(), gs.end(), of[static_cast<std::size_t>(c)]) != gs.end();
+    };
+    if (gs.size() < 2 || !std::all_of(also.begin(), also.end(), inside_or_after)) return -1;
+    for (int g : gs) {
+      // A root that stops being one would be read from a register: not through a view of part.
+      const int r = root[static_cast<std::size_t>(g)];
+      if (g != into &&
+          (*offset_view)[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(r)].out)])
+        return -1;
+    }
+    for (int g : gs)
+      for (int m : members[static_cast<std::size_t>(g)]) {
+        const Step& st = p.steps[static_cast<std::size_t>(m)];
+        const auto& cs =
+            consumers[static_cast<std::size_t>(p.values[static_cast<std::size_t>(st.out)].root)];
+        if (!std::all_of(cs.begin(), cs.end(), inside_or_after)) return -1;
+      }
+    for (int g : gs) {
+      if (g == into) continue;
+      for (int m : members[static_cast<std::size_t>(g)]) {
+        of[static_cast<std::size_t>(m)] = into;
+        members[static_cast<std::size_t>(into)].push_back(m);
+      }
+      members[static_cast<std::size_t>(g)].clear();
+    }
+    bc[static_cast<std::size_t>(into)] = b;
+    return into;
+  }
+};
+
 }  // namespace
 
 void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
@@ -153,10 +217,9 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   // group too or runs after the group does (the group runs at its last member's position).
   // Consumers through an alias (a reshape, an assignment) count as consumers of the root; an
   // elementwise consumer of the same element count reads the elements in the same order.
-  std::vector<int> group_of(ns, -1);
-  std::vector<int> group_root;      // step index where each group runs
-  std::vector<Broadcast> group_bc;  // how the group's operands broadcast
-  std::vector<std::vector<int>> members;
+  Groups G;
+  G.of.assign(ns, -1);
+  G.offset_view = &offset_view;
   for (std::size_t s = ns; s-- > 0;) {
     const Step& st = p.steps[s];
     Broadcast bc;
@@ -165,33 +228,63 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     int chosen = -1;
     const auto& cs = consumers[static_cast<std::size_t>(st.out)];
     if (!offset_view[static_cast<std::size_t>(st.out)]) {
+      std::vector<int> gs;  // the groups of its readers, of its size
       for (int c : cs) {
-        const int g = group_of[static_cast<std::size_t>(c)];
-        if (g < 0 ||
-            p.values[static_cast<std::size_t>(p.steps[static_cast<std::size_t>(c)].out)].size != n)
-          continue;
-        const Broadcast& gbc = group_bc[static_cast<std::size_t>(g)];
+        const int g = G.of[static_cast<std::size_t>(c)];
+        if (g < 0 || G.size(p, g) != n || std::find(gs.begin(), gs.end(), g) != gs.end()) continue;
+        gs.push_back(g);
+        const Broadcast& gbc = G.bc[static_cast<std::size_t>(g)];
         if (!bc.none() && !gbc.none() && !(bc == gbc)) continue;
         const bool ok = std::all_of(cs.begin(), cs.end(), [&](int c2) {
-          return group_of[static_cast<std::size_t>(c2)] == g ||
-                 c2 > group_root[static_cast<std::size_t>(g)];
+          return G.of[static_cast<std::size_t>(c2)] == g ||
+                 c2 > G.root[static_cast<std::size_t>(g)];
         });
         if (ok) {
           chosen = g;
-          if (!bc.none()) group_bc[static_cast<std::size_t>(g)] = bc;
+          if (!bc.none()) G.bc[static_cast<std::size_t>(g)] = bc;
           break;
         }
       }
+      // Read by several passes (an LSTM's gate gradients, each a chain of its own, all read
+      // dh): they merge into one, and the step joins it.
+      if (chosen < 0 && gs.size() >= 2) chosen = G.merge(p, consumers, gs, bc, cs);
     }
     if (chosen < 0) {
-      chosen = static_cast<int>(members.size());
-      members.emplace_back();
-      group_root.push_back(static_cast<int>(s));
-      group_bc.push_back(bc);
+      chosen = static_cast<int>(G.members.size());
+      G.members.emplace_back();
+      G.root.push_back(static_cast<int>(s));
+      G.bc.push_back(bc);
     }
-    group_of[s] = chosen;
-    members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
+    G.of[s] = chosen;
+    G.members[static_cast<std::size_t>(chosen)].push_back(static_cast<int>(s));
   }
+  // Sibling passes: a pass merges into a later one of its size and broadcast when nothing
+  // outside the two reads its results before the later runs, so independent chains (an LSTM's
+  // output gate gradient beside the other three) share one pass. A few candidates each.
+  {
+    std::vector<int> order;
+    for (std::size_t g = 0; g < G.members.size(); ++g) order.push_back(static_cast<int>(g));
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return G.root[static_cast<std::size_t>(a)] < G.root[static_cast<std::size_t>(b)];
+    });
+    constexpr std::size_t kSiblingWindow = 16;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const int g = order[i];
+      if (G.members[static_cast<std::size_t>(g)].empty()) continue;
+      std::size_t tried = 0;
+      for (std::size_t j = i + 1; j < order.size() && tried < kSiblingWindow; ++j) {
+        const int h = order[j];
+        if (G.members[static_cast<std::size_t>(h)].empty() || G.size(p, h) != G.size(p, g))
+          continue;
+        ++tried;
+        if (G.merge(p, consumers, {g, h}, Broadcast{}, {}) >= 0) break;
+      }
+    }
+  }
+  std::vector<int>& group_of = G.of;
+  std::vector<int>& group_root = G.root;
+  std::vector<Broadcast>& group_bc = G.bc;
+  std::vector<std::vector<int>>& members = G.members;
 
   // Concatenations placed by their producers: when every input of a concatenation is computed
   // by a fused pass and read by nothing outside it, each pass writes its rows of the input
@@ -297,6 +390,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
   std::vector<std::unique_ptr<Step>> fused_at(ns);
   for (std::size_t g = 0; g < members.size(); ++g) {
     auto& ms = members[g];
+    if (ms.empty()) continue;  // merged into another group
     if (ms.size() < 2) {
       group_of[static_cast<std::size_t>(ms[0])] = -1;
       continue;
@@ -374,7 +468,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       const auto& cs = consumers[static_cast<std::size_t>(v)];
       const int pl = placed[static_cast<std::size_t>(v)];
       const bool escapes =
-          pl < 0 && (m == root || pinned[static_cast<std::size_t>(v)] ||
+          pl < 0 && (m == root || pinned[static_cast<std::size_t>(v)] || cs.empty() ||
                      std::any_of(cs.begin(), cs.end(), [&](int c) {
                        return group_of[static_cast<std::size_t>(c)] != static_cast<int>(g);
                      }));

@@ -365,6 +365,90 @@ TEST(Fusion, GatheredSliceByHand) {
   EXPECT_EQ(f.describe_plan().find("Slice"), std::string::npos) << f.describe_plan();
 }
 
+// Fused steps of a plan: lines of describe_plan() with "[fused:", and all its steps.
+std::pair<int, int> fused_and_all_steps(const ktape::Function& f) {
+  const std::string plan = f.describe_plan();
+  int fused = 0, all = 0;
+  for (std::size_t at = 0; (at = plan.find('\n', at)) != std::string::npos; ++at) ++all;
+  for (std::size_t at = 0; (at = plan.find("[fused:", at)) != std::string::npos; ++at) ++fused;
+  return {fused, all - 1};  // the last line counts commits
+}
+
+TEST(Fusion, PassesOfOneSizeMergeIntoOne) {
+  // Three ways for two chains to share one pass, each against the unfused plan (identical),
+  // the reference backend and hand values:
+  //  0: both read a = x * y, an elementwise step of their size (an LSTM's gate gradients all
+  //     read dh): a joins the merged pass;
+  //  1: independent chains (x, and y) of the same size: siblings merge;
+  //  2: a row operand (a bias) in one chain, none in the other.
+  for (int kind : {0, 1, 2})
+    for (DType dt : {DType::float32, DType::float64}) {
+      const std::string what =
+          "kind " + std::to_string(kind) + " " + std::string(ktape::dtype_name(dt));
+      const std::string d(ktape::dtype_name(dt));
+      K::clear_session();
+      auto x = K::placeholder({K::None, 48}, {.dtype = d});
+      auto y = K::placeholder({K::None, 48}, {.dtype = d});
+      auto bias = K::variable(ramp(Shape{48}, 0.5, 0.0, dt), {.dtype = d});
+      Tensor a = kind == 0 ? x * y : x;
+      Tensor c1 = K::sigmoid(a) * 2.0 + (kind == 2 ? bias : K::constant(1.0, {.dtype = d}));
+      Tensor c2 = K::tanh(kind == 0 ? a : y) * 3.0 - 1.0;
+      auto fused = K::function({x, y}, {c1, c2});
+      auto plain = K::function({x, y}, {c1, c2}, {}, {.fuse = false});
+      auto ref = K::function({x, y}, {c1, c2}, {}, {.backend = "reference"});
+      const std::vector<NDArray> feed{ramp(Shape{100, 48}, 2.0, 0.1, dt),
+                                      ramp(Shape{100, 48}, -1.5, 0.3, dt)};
+      auto r = fused(feed);
+      auto u = plain(feed);
+      auto e = ref(feed);
+      for (std::size_t k = 0; k < 2; ++k) {
+        expect_identical(r[k], u[k], what);
+        expect_close(r[k], e[k], dt == DType::float32 ? 1e-6 : 1e-14, what);
+      }
+      EXPECT_EQ(fused_and_all_steps(fused), (std::pair<int, int>{1, 1})) << what << "\n"
+                                                                         << fused.describe_plan();
+      for (std::int64_t i : {0, 47, 2000, 4799}) {
+        const double xi = feed[0].item(i), yi = feed[1].item(i);
+        const double ai = kind == 0 ? xi * yi : xi;
+        const double b = kind == 2 ? 0.5 * std::sin(0.37 * static_cast<double>(i % 48)) : 1.0;
+        const double want1 = 2.0 / (1.0 + std::exp(-ai)) + b;
+        const double want2 = 3.0 * std::tanh(kind == 0 ? ai : yi) - 1.0;
+        EXPECT_NEAR(r[0].item(i), want1, 1e-5 * (1 + std::abs(want1))) << what << " @" << i;
+        EXPECT_NEAR(r[1].item(i), want2, 1e-5 * (1 + std::abs(want2))) << what << " @" << i;
+      }
+    }
+}
+
+TEST(Fusion, APassReadBeforeALaterOneRunsDoesNotMergeIntoIt) {
+  // u's pass feeds a reduction whose result the later pass v reads: merging u into v's pass
+  // (which runs where v's last member does) would run the reduction before u exists. In case 1
+  // the two chains also share a = x * 2, whose readers then cannot all merge either. In case 2
+  // the reduction reads a itself: u and v merge, but a must not join them.
+  for (int kind : {0, 1, 2}) {
+    K::clear_session();
+    auto x = K::placeholder({K::None, 32});
+    Tensor a = kind >= 1 ? x * 2.0 : x;
+    Tensor s = kind == 2 ? K::sum(a) : Tensor();  // built first: it runs before u
+    auto u = K::sigmoid(a) * 2.0 + 1.0;
+    if (kind != 2) s = K::sum(u);
+    auto v = K::tanh(a * 0.5) * s - 1.0;
+    auto f = K::function({x}, {v, u});
+    NDArray xv = ramp(Shape{64, 32}, 1.5, 0.2);
+    auto r = f({xv});
+    double sum = 0;
+    for (std::int64_t i = 0; i < xv.size(); ++i) {
+      const double ai = static_cast<float>(xv.item(i)) * (kind >= 1 ? 2.0 : 1.0);
+      sum += kind == 2 ? ai : 2.0 / (1.0 + std::exp(-ai)) + 1.0;
+    }
+    for (std::int64_t i = 0; i < xv.size(); i += 97) {
+      const double ai = static_cast<float>(xv.item(i)) * (kind >= 1 ? 2.0 : 1.0);
+      const double want = std::tanh(ai * 0.5) * sum - 1.0;
+      EXPECT_NEAR(r[0].item(i), want, 1e-5 * (1 + std::abs(want))) << kind << " @" << i;
+    }
+    EXPECT_EQ(fused_and_all_steps(f).first, kind == 2 ? 1 : 2) << f.describe_plan();
+  }
+}
+
 TEST(Fusion, RowOperandsAndSmallArraysMatchReference) {
   K::clear_session();
   auto x = K::placeholder({K::None, 300});
