@@ -11,11 +11,13 @@
 //     launches per call, `floats/s` = parameters updated per second
 //   BM_FusedPass/<elements>/<0 six mul/add, 1 an LSTM cell>/<threads>: one fused pass (the grain
 //     policy at work)
+//   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 
 #include "bench/bench_util.hpp"
+#include "engine/backend.hpp"
 #include "ktape/ktape.hpp"
 
 namespace K = ktape::backend;
@@ -230,6 +232,34 @@ void BM_FusedPass(benchmark::State& state) {
 }
 BENCHMARK(BM_FusedPass)
     ->ArgsProduct({{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// A bias gradient: the cpu backend's SumToLike kernel alone (column sums of a rows x width
+// array), at the LSTM's (3584 x 512, the sequence's gate gradients) and a CNN layer's
+// (86528 x 32) shapes.
+void BM_ColumnSum(benchmark::State& state) {
+  const std::int64_t dims[2] = {state.range(0), state.range(1)};
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const ktape::KernelFn fn =
+      ktape::find_kernel(ktape::cpu_backend(), ktape::Op::SumToLike, DType::float32);
+  std::vector<float> g(static_cast<std::size_t>(dims[0] * dims[1]), 0.25f);
+  std::vector<float> y(static_cast<std::size_t>(dims[1]));
+  const ktape::ArrayRef in{g.data(), dims, 2, dims[0] * dims[1], DType::float32};
+  ktape::KernelCall c;
+  c.in = &in;
+  c.n_in = 1;
+  c.out = ktape::ArrayRef{y.data(), dims + 1, 1, dims[1], DType::float32};
+  for (auto _ : state) {
+    fn(c);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * dims[0] * dims[1]);
+  state.SetLabel(ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_ColumnSum)
+    ->ArgsProduct({{3584}, {512}, {1, 2}})
+    ->ArgsProduct({{86528}, {32}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -125,6 +125,38 @@ INSTANTIATE_TEST_SUITE_P(Models, SameBits, ::testing::Values("mlp", "lstm", "cnn
                            return std::string(i.param);
                          });
 
+// The bias gradient's column sums (SumToLike) split by columns (512 wide), by row blocks with
+// partial sums (32 wide, many rows) or not at all (tiny): the same bits at 1, 2 and 16 threads,
+// and within float32 rounding of a double sum computed here.
+TEST(Threads, BiasGradientSumsGiveTheSameBitsAtAnyThreadCount) {
+  for (const Shape& shape : {Shape{3000, 512}, Shape{90000, 32}, Shape{7, 3}}) {
+    const std::int64_t w = shape[1], rows = shape[0];
+    const NDArray yv = pattern(shape);
+    std::vector<NDArray> got;
+    for (int threads : {1, 2, 16}) {
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        ktape::set_num_threads(threads);
+        K::clear_session();
+        auto y = K::placeholder({K::None, w});
+        auto b = K::variable(NDArray::full(Shape{w}, 0.0));
+        auto g = K::gradients(K::sum((y + b) * y), {b})[0];  // d/db = column sums of y
+        got.push_back(K::function({y}, {g})({yv})[0]);
+        ktape::set_num_threads(0);
+      });
+    }
+    for (std::size_t k = 1; k < got.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(got[0].raw_data(), got[k].raw_data(), got[0].nbytes()))
+          << shape.str() << " run " << k;
+    for (std::int64_t j = 0; j < w; j += (w > 64 ? 37 : 1)) {
+      double want = 0;
+      for (std::int64_t r = 0; r < rows; ++r) want += static_cast<double>(yv.item(r * w + j));
+      EXPECT_NEAR(got[0].item(j), want, 1e-5 * static_cast<double>(rows))
+          << shape.str() << " " << j;
+    }
+  }
+}
+
 TEST(Threads, SetAndQueryTheLimit) {
   ktape::set_num_threads(1);
   EXPECT_EQ(ktape::num_threads(), 1);

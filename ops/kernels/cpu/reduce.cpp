@@ -1,6 +1,11 @@
 // cpu reductions: the bias-gradient SumToLike (sums over leading rows), which training hits on
-// every step; the other reductions fall back to reference for now.
+// every step, split over threads; the other reductions fall back to reference for now.
+#include <tbb/task_arena.h>
+
+#include <vector>
+
 #include "engine/backend.hpp"
+#include "engine/parallel.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
@@ -9,7 +14,34 @@ namespace ktape::kernels {
 
 namespace {
 
-// out has the trailing dims of g (after dropping leading size-1 dims): column sums.
+// Partial column sums of the row blocks, owned by the calling thread: grown once, never freed
+// while the thread lives (steady-state calls allocate nothing).
+template <class T>
+std::vector<T>& partials() {
+  thread_local std::vector<T> p;
+  return p;
+}
+
+// Sums rows [r0, r1) of the rows x w array g into y[0, w) (y is set, not added to), four rows
+// at a time so y is loaded and stored once per four rows.
+template <class T>
+void sum_rows(const T* g, std::int64_t w, std::int64_t r0, std::int64_t r1, T* __restrict y) {
+  for (std::int64_t j = 0; j < w; ++j) y[j] = T(0);
+  std::int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const T* __restrict a = g + r * w;
+    for (std::int64_t j = 0; j < w; ++j) y[j] += (a[j] + a[w + j]) + (a[2 * w + j] + a[3 * w + j]);
+  }
+  for (; r < r1; ++r) {
+    const T* __restrict a = g + r * w;
+    for (std::int64_t j = 0; j < w; ++j) y[j] += a[j];
+  }
+}
+
+// out has the trailing dims of g (after dropping leading size-1 dims): column sums. The rows
+// split into blocks, each summed as one contiguous stream (blocks of columns would read the
+// array with a stride: 2.7x slower at 3584 x 512); the blocks' partial sums are added in block
+// order. The split depends on the shape alone, never on the thread count.
 template <class T>
 bool column_sum(const ArrayRef& g, const ArrayRef& out, T* y) {
   int lead = 0;
@@ -22,9 +54,25 @@ bool column_sum(const ArrayRef& g, const ArrayRef& out, T* y) {
   if (w == 0) return true;
   const std::int64_t rows = g.size / w;
   const T* pg = ptr<T>(g);
-  for (std::int64_t j = 0; j < w; ++j) y[j] = T(0);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t j = 0; j < w; ++j) y[j] += pg[r * w + j];
+  const std::int64_t blocks = slot_count(static_cast<double>(g.size), rows, 64);
+  if (blocks <= 1) {
+    sum_rows(pg, w, 0, rows, y);
+    return true;
+  }
+  std::vector<T>& part = partials<T>();
+  if (part.size() < static_cast<std::size_t>(blocks * w))
+    part.resize(static_cast<std::size_t>(blocks * w));
+  T* pp = part.data();
+  // Isolated: a thread waiting here must not run another call's kernel, which would reuse this
+  // thread's partial sums underneath.
+  tbb::this_task_arena::isolate([&] {
+    parallel_slots(blocks, [&](std::int64_t b) {
+      sum_rows(pg, w, rows * b / blocks, rows * (b + 1) / blocks, pp + b * w);
+    });
+  });
+  for (std::int64_t j = 0; j < w; ++j) y[j] = pp[j];
+  for (std::int64_t b = 1; b < blocks; ++b)
+    for (std::int64_t j = 0; j < w; ++j) y[j] += pp[b * w + j];
   return true;
 }
 
