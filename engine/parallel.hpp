@@ -1,6 +1,6 @@
 // The one grain policy of ktape's parallel work (kernels and fused passes alike): how to split
 // n items of a given cost into oneTBB tasks. Work below ~2 tasks' worth runs serially; above,
-// it splits into fixed chunks of about kTaskWork cost each. Chunk boundaries depend only on n,
+// it splits into even chunks of about kTaskWork cost each. Chunk boundaries depend only on n,
 // the cost and the alignment — never on the thread count or on timing — so every result is
 // the same at any thread count. Internal.
 #pragma once
@@ -30,7 +30,11 @@ void parallel_for(std::int64_t n, double cost_per_item, F&& f, std::int64_t alig
   std::int64_t grain = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(kTaskWork / std::max(cost_per_item, 1e-9)));
   grain = (grain + align - 1) / align * align;
-  const std::int64_t chunks = (n + grain - 1) / grain;
+  // Even chunks: as many as that grain gives, but of equal size (9, 9, 9, 5 would leave one of
+  // two threads idle for a quarter of the time; 8, 8, 8, 8 does not).
+  std::int64_t chunks = (n + grain - 1) / grain;
+  grain = ((n + chunks - 1) / chunks + align - 1) / align * align;
+  chunks = (n + grain - 1) / grain;
   if (chunks < 2) {
     f(std::int64_t{0}, n);
     return;

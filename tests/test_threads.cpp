@@ -10,6 +10,11 @@
 
 #include <tbb/task_arena.h>
 
+#include <algorithm>
+#include <mutex>
+
+#include "engine/parallel.hpp"
+
 #include "ktape/ktape.hpp"
 #include "test_util.hpp"
 
@@ -155,6 +160,39 @@ TEST(Threads, BiasGradientSumsGiveTheSameBitsAtAnyThreadCount) {
           << shape.str() << " " << j;
     }
   }
+}
+
+// The grain policy (engine/parallel.hpp) cuts even chunks, the same at any thread count:
+// 32 items of cost 4096 give four chunks of 8 (not 9, 9, 9, 5); 65536 of cost 2 at alignment 64
+// four of 16384 (not three of 20032 and one of 5440).
+TEST(Threads, TheGrainPolicyCutsEvenChunksAtAnyThreadCount) {
+  struct Case {
+    std::int64_t n;
+    double cost;
+    std::int64_t align, chunk;
+  };
+  for (const Case& c : {Case{32, 4096, 1, 8}, Case{65536, 2, 64, 16384}})
+    for (int threads : {1, 2, 16}) {
+      tbb::task_arena arena(threads);
+      std::mutex mu;
+      std::vector<std::pair<std::int64_t, std::int64_t>> cuts;
+      arena.execute([&] {
+        ktape::parallel_for(
+            c.n, c.cost,
+            [&](std::int64_t b, std::int64_t e) {
+              std::lock_guard<std::mutex> lock(mu);
+              cuts.emplace_back(b, e);
+            },
+            c.align);
+      });
+      std::sort(cuts.begin(), cuts.end());
+      ASSERT_EQ(cuts.size(), static_cast<std::size_t>(c.n / c.chunk)) << c.n << " " << threads;
+      for (std::size_t i = 0; i < cuts.size(); ++i)
+        EXPECT_EQ(cuts[i], (std::pair<std::int64_t, std::int64_t>(
+                               static_cast<std::int64_t>(i) * c.chunk,
+                               static_cast<std::int64_t>(i + 1) * c.chunk)))
+            << c.n << " " << threads;
+    }
 }
 
 TEST(Threads, SetAndQueryTheLimit) {
