@@ -12,6 +12,7 @@
 //   BM_FusedPass/<elements>/<0 six mul/add, 1 an LSTM cell>/<threads>: one fused pass (the grain
 //     policy at work)
 //   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
+//   BM_Softmax/<0 cpu, 1 reference>/<threads>: softmax of (4096, 1000)
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -233,6 +234,25 @@ void BM_FusedPass(benchmark::State& state) {
 BENCHMARK(BM_FusedPass)
     ->ArgsProduct({{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20}, {0, 1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// Softmax over the last axis of (4096, 1000) (a large vocabulary's logits) on the cpu backend
+// (rows split over threads) or the serial reference one.
+void BM_Softmax(benchmark::State& state) {
+  const int be = static_cast<int>(state.range(0));
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  auto x = K::placeholder({K::None, 1000});
+  const auto f = K::function({x}, {K::softmax(x)}, {}, {.backend = backend_name(be)});
+  std::vector<NDArray> ins{NDArray::full(Shape{4096, 1000}, 0.25)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * 4096 * 1000);
+  state.SetLabel(std::string(backend_name(be)) + ", " +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_Softmax)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 
 // A bias gradient: the cpu backend's SumToLike kernel alone (column sums of a rows x width

@@ -195,6 +195,67 @@ TEST(Threads, TheGrainPolicyCutsEvenChunksAtAnyThreadCount) {
     }
 }
 
+// Softmax (over the last axis and over a middle one), log-softmax (in a crossentropy from logits
+// over the middle axis) and the sparse softmax
+// cross-entropy split their rows over threads on the cpu backend: the same bits as the serial
+// reference backend at 1, 2 and 16 threads; a bad label is reported for its first row.
+TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
+  const NDArray xv = pattern({600, 7, 40}, 6.0);
+  NDArray tv(Shape{4200}, DType::int32);
+  for (std::int64_t i = 0; i < tv.size(); ++i)
+    tv.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 13) % 40);
+  auto run = [&](const char* backend, int threads) {
+    std::vector<NDArray> out;
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      K::clear_session();
+      auto x = K::placeholder({K::None, 7, 40});
+      auto t = K::placeholder({K::None}, {.dtype = "int32"});
+      auto logits = K::reshape(x, {-1, 40});
+      const std::vector<Tensor> outs{
+          K::softmax(x), K::softmax(x, 1),
+          K::categorical_crossentropy(K::softmax(x, 1) * 0.5, x, {.from_logits = true, .axis = 1}),
+          K::sparse_categorical_crossentropy(t, logits, {.from_logits = true})};
+      auto f = K::function({x, t}, outs, {}, {.backend = backend});
+      out = f({xv, tv});
+    });
+    return out;
+  };
+  const auto ref = run("reference", 1);
+  for (int threads : {1, 2, 16}) {
+    const auto cpu = run("cpu", threads);
+    ASSERT_EQ(cpu.size(), ref.size());
+    for (std::size_t k = 0; k < ref.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
+          << "output " << k << " at " << threads << " threads";
+  }
+  // One row by hand: softmax([0, ln 2, ln 5]) = [1/8, 2/8, 5/8].
+  const double third = std::log(5.0);
+  K::clear_session();
+  auto v = K::placeholder({K::None, 3});
+  auto sm = K::function({v}, {K::softmax(v)})(
+      {NDArray::from_values({0.0, std::log(2.0), third}, Shape{1, 3}, DType::float32)});
+  EXPECT_NEAR(sm[0].item(0), 0.125, 1e-6);
+  EXPECT_NEAR(sm[0].item(2), 0.625, 1e-6);
+  // Rows 5 and 3000 out of range: the message names row 5 at any thread count.
+  tv.data<std::int32_t>()[3000] = 40;
+  tv.data<std::int32_t>()[5] = -1;
+  for (int threads : {1, 2, 16}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      K::clear_session();
+      auto x = K::placeholder({K::None, 40});
+      auto t = K::placeholder({K::None}, {.dtype = "int32"});
+      auto f =
+          K::function({x, t}, {K::sparse_categorical_crossentropy(t, x, {.from_logits = true})});
+      const std::string msg = ktape::testing_util::error_of<ktape::ValueError>([&] {
+        f({pattern({4200, 40}), tv});
+      });
+      EXPECT_HAS(msg, "target -1 at row 5 is out of range [0, 40)");
+    });
+  }
+}
+
 TEST(Threads, SetAndQueryTheLimit) {
   ktape::set_num_threads(1);
   EXPECT_EQ(ktape::num_threads(), 1);

@@ -12,4 +12,5 @@ void register_cpu_reduce(Backend& b);
 void register_cpu_layout(Backend& b);
 void register_cpu_conv(Backend& b);
 void register_cpu_pool(Backend& b);
+void register_cpu_nn(Backend& b);
 }  // namespace ktape::kernels

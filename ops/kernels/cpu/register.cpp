@@ -14,6 +14,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_cpu_layout(b);
   kernels::register_cpu_conv(b);
   kernels::register_cpu_pool(b);
+  kernels::register_cpu_nn(b);
 }
 
 }  // namespace ktape

@@ -14,6 +14,7 @@
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
 #include "ops/kernels/reference/reference.hpp"
+#include "ops/kernels/softmax.hpp"
 
 namespace ktape::kernels {
 
@@ -28,11 +29,18 @@ std::int64_t read_index(const ArrayRef& a, std::int64_t i) {
   });
 }
 
+std::int64_t sparse_ce_label(const ArrayRef& labels, std::int64_t r, std::int64_t n_cls) {
+  const std::int64_t t = read_index(labels, r);
+  if (t < 0 || t >= n_cls)
+    throw ValueError("sparse_categorical_crossentropy: target " + std::to_string(t) + " at row " +
+                     std::to_string(r) + " is out of range [0, " + std::to_string(n_cls) + ")");
+  return t;
+}
+
 namespace {
 
 template <class T, bool Log>
 void softmax_kernel(const KernelCall& c) {
-  using C = Compute<T>;
   const ArrayRef& in = c.in[0];
   std::int64_t outer, n, inner;
   split_axis(in.dims, in.ndim, attrs::Axis::of(*c.attrs).axis, outer, n, inner);
@@ -41,40 +49,19 @@ void softmax_kernel(const KernelCall& c) {
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t k = 0; k < inner; ++k) {
       const std::int64_t base = o * n * inner + k;
-      C m = -std::numeric_limits<C>::infinity();
-      for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<C>(x[base + j * inner]));
-      C s = 0;
-      for (std::int64_t j = 0; j < n; ++j) s += std::exp(static_cast<C>(x[base + j * inner]) - m);
-      const C ls = std::log(s);
-      for (std::int64_t j = 0; j < n; ++j) {
-        const C v = static_cast<C>(x[base + j * inner]) - m;
-        y[base + j * inner] = static_cast<T>(Log ? v - ls : std::exp(v) / s);
-      }
+      softmax_row<T, Log>(x + base, y + base, n, inner);
     }
 }
 
 // loss[i] = logsumexp(logits[i, :]) - logits[i, label[i]]
 template <class T>
 void sparse_softmax_ce_kernel(const KernelCall& c) {
-  using C = Compute<T>;
-  const ArrayRef& labels = c.in[0];
   const ArrayRef& logits = c.in[1];
   const std::int64_t n_cls = logits.dims[logits.ndim - 1];
-  const std::int64_t rows = c.out.size;
   const T* z = ptr<T>(logits);
   T* y = ptr<T>(c.out);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t t = read_index(labels, r);
-    if (t < 0 || t >= n_cls)
-      throw ValueError("sparse_categorical_crossentropy: target " + std::to_string(t) + " at row " +
-                       std::to_string(r) + " is out of range [0, " + std::to_string(n_cls) + ")");
-    const T* row = z + r * n_cls;
-    C m = -std::numeric_limits<C>::infinity();
-    for (std::int64_t j = 0; j < n_cls; ++j) m = std::max(m, static_cast<C>(row[j]));
-    C s = 0;
-    for (std::int64_t j = 0; j < n_cls; ++j) s += std::exp(static_cast<C>(row[j]) - m);
-    y[r] = static_cast<T>(m + std::log(s) - static_cast<C>(row[t]));
-  }
+  for (std::int64_t r = 0; r < c.out.size; ++r)
+    y[r] = sparse_softmax_ce_row(z + r * n_cls, n_cls, sparse_ce_label(c.in[0], r, n_cls));
 }
 
 template <class T>

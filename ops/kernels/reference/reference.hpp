@@ -19,6 +19,8 @@ void register_reference_ctc(Backend& b);
 void register_reference_sparse(Backend& b);
 // Element i of an index array of any numeric dtype as int64 (floats saturate, NaN is -1).
 std::int64_t read_index(const ArrayRef& a, std::int64_t i);
+// Row r's label of a sparse softmax cross-entropy, checked against n_cls classes (ValueError).
+std::int64_t sparse_ce_label(const ArrayRef& labels, std::int64_t r, std::int64_t n_cls);
 // Every reference family: the complete table.
 void register_reference_all(Backend& b);
 }  // namespace ktape::kernels

@@ -1,0 +1,64 @@
+// cpu softmax, log-softmax and sparse softmax cross-entropy: the reference's row arithmetic
+// (ops/kernels/softmax.hpp, so the same bits), rows split over threads by the grain policy.
+#include "engine/backend.hpp"
+#include "engine/parallel.hpp"
+#include "ops/kernels/attrs.hpp"
+#include "ops/kernels/common.hpp"
+#include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/reference/reference.hpp"
+#include "ops/kernels/softmax.hpp"
+
+namespace ktape::kernels {
+
+namespace {
+
+// Cost of one value of a row in element operations (a max, two exps, a divide).
+constexpr double kSoftmaxCost = 24.0;
+
+template <class T, bool Log>
+void softmax_kernel(const KernelCall& c) {
+  const ArrayRef& in = c.in[0];
+  std::int64_t outer, n, inner;
+  split_axis(in.dims, in.ndim, attrs::Axis::of(*c.attrs).axis, outer, n, inner);
+  const T* x = ptr<T>(in);
+  T* y = ptr<T>(c.out);
+  parallel_for(
+      outer * inner, static_cast<double>(n) * kSoftmaxCost,
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::int64_t base = (r / inner) * n * inner + r % inner;
+          softmax_row<T, Log>(x + base, y + base, n, inner);
+        }
+      },
+      /*align=*/1);
+}
+
+template <class T>
+void sparse_softmax_ce_kernel(const KernelCall& c) {
+  const ArrayRef& logits = c.in[1];
+  const std::int64_t n_cls = logits.dims[logits.ndim - 1];
+  const T* z = ptr<T>(logits);
+  T* y = ptr<T>(c.out);
+  // Labels are checked first, in order, so a bad one is reported as the serial kernel would.
+  for (std::int64_t r = 0; r < c.out.size; ++r) sparse_ce_label(c.in[0], r, n_cls);
+  parallel_for(
+      c.out.size, static_cast<double>(n_cls) * kSoftmaxCost,
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t r = r0; r < r1; ++r)
+          y[r] = sparse_softmax_ce_row(z + r * n_cls, n_cls, read_index(c.in[0], r));
+      },
+      /*align=*/1);
+}
+
+}  // namespace
+
+void register_cpu_nn(Backend& b) {
+  b.set(Op::Softmax, DType::float32, &softmax_kernel<float, false>);
+  b.set(Op::Softmax, DType::float64, &softmax_kernel<double, false>);
+  b.set(Op::LogSoftmax, DType::float32, &softmax_kernel<float, true>);
+  b.set(Op::LogSoftmax, DType::float64, &softmax_kernel<double, true>);
+  b.set(Op::SparseSoftmaxCE, DType::float32, &sparse_softmax_ce_kernel<float>);
+  b.set(Op::SparseSoftmaxCE, DType::float64, &sparse_softmax_ce_kernel<double>);
+}
+
+}  // namespace ktape::kernels
