@@ -4,6 +4,7 @@
 // machine with fewer cores (a global limit alone would cap them at the core count).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -253,6 +254,58 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
       });
       EXPECT_HAS(msg, "target -1 at row 5 is out of range [0, 40)");
     });
+  }
+}
+
+// Sum, mean, max, min and prod over every set of axes of an (80, 60, 50) array split their outputs
+// over threads on the cpu backend: the reference backend's bits (each output takes its inputs in
+// the same order) at 1, 2 and 16 threads, in float32, float64 and int32; a NaN wins max and min.
+TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
+  const std::vector<std::vector<int>> axes_sets = {{2}, {0}, {1}, {0, 2}, {1, 2}, {0, 1}, {}};
+  for (const char* dt : {"float32", "float64", "int32"}) {
+    NDArray xv(Shape{80, 60, 50}, ktape::dtype_from_name(dt));
+    for (std::int64_t i = 0; i < xv.size(); ++i)
+      xv.set_item(i, std::string(dt) == "int32"
+                         ? static_cast<double>((i * 7919) % 201 - 100)
+                         : 1.0 + 0.01 * std::sin(0.37 * static_cast<double>(i)));
+    if (std::string(dt) != "int32") xv.set_item(777, std::nan(""));
+    auto run = [&](const char* backend, int threads) {
+      std::vector<NDArray> out;
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        K::clear_session();
+        auto x = K::placeholder({K::None, 60, 50}, {.dtype = dt});
+        std::vector<Tensor> outs;
+        for (const auto& axes : axes_sets) {
+          const K::ReduceOptions o{.axis = axes, .keepdims = axes.size() == 2};
+          outs.push_back(K::sum(x, o));
+          outs.push_back(K::max(x, o));
+          outs.push_back(K::min(x, o));
+          outs.push_back(K::prod(x, o));
+          if (std::string(dt) != "int32") outs.push_back(K::mean(x, o));
+        }
+        out = K::function({x}, outs, {}, {.backend = backend})({xv});
+      });
+      return out;
+    };
+    const auto ref = run("reference", 1);
+    for (int threads : {1, 2, 16}) {
+      const auto cpu = run("cpu", threads);
+      ASSERT_EQ(cpu.size(), ref.size());
+      for (std::size_t k = 0; k < ref.size(); ++k) {
+        ASSERT_EQ(cpu[k].shape(), ref[k].shape()) << dt << " output " << k;
+        EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
+            << dt << " output " << k << " at " << threads << " threads";
+      }
+    }
+    if (std::string(dt) == "int32") {  // sum over axis 2 of row (0, 0), by hand
+      std::int64_t want = 0;
+      for (std::int64_t j = 0; j < 50; ++j) want += (j * 7919) % 201 - 100;
+      EXPECT_EQ(ref[0].item(0), static_cast<double>(want));
+    } else {  // element 777 is (0, 15, 27): max over axis 2 of row (0, 15) is NaN
+      EXPECT_TRUE(std::isnan(ref[1].item(15)));
+      EXPECT_TRUE(std::isnan(run("cpu", 2)[1].item(15)));
+    }
   }
 }
 

@@ -1,14 +1,19 @@
-// cpu reductions: the bias-gradient SumToLike (sums over leading rows), which training hits on
-// every step, split over threads; the other reductions fall back to reference for now.
+// cpu reductions, split over threads: the bias-gradient SumToLike (sums over leading rows), which
+// training hits on every step, and Sum, Mean, Max, Min, Prod over axes (the reference's bits).
 #include <tbb/task_arena.h>
 
+#include <algorithm>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "engine/backend.hpp"
 #include "engine/parallel.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/broadcast.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/functors.hpp"
 
 namespace ktape::kernels {
 
@@ -90,11 +95,136 @@ void sum_to_like_kernel(const KernelCall& c) {
   sum_to_like<T>(c);  // the general strided case, shared with the reference backend
 }
 
+// Sum (0), Mean (1), Max (2), Min (3), Prod (4) over any axes, the outputs split over threads.
+// Each output takes its inputs in ascending index order, as the reference kernel's walk does,
+// so the bits are the reference's at any thread count. With the last axis reduced, each output
+// runs over its reduced values; with it kept, a task runs over the reduced positions outside
+// and a run of its outputs inside, so consecutive outputs read consecutive inputs. A reduction to
+// one value stays serial (the reference kernel).
+template <class T, int Mode>
+void reduce_kernel(const KernelCall& c) {
+  static constexpr Op kOps[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod};
+  const ArrayRef& in = c.in[0];
+  const std::int64_t nout = c.out.size;
+  if (nout <= 1 || in.size == 0) return reference_backend().get(kOps[Mode], in.dtype)(c);
+  bool reduced[kMaxRank] = {};
+  for (auto axis : attrs::Reduce::of(*c.attrs).axes) reduced[axis] = true;
+  std::int64_t kd[kMaxRank], ks[kMaxRank], rd[kMaxRank], rs[kMaxRank];
+  int nk = 0, nr = 0;
+  std::int64_t stride = 1, count = 1;
+  for (int d = in.ndim - 1; d >= 0; --d) {  // innermost first
+    if (reduced[d]) {
+      rd[nr] = in.dims[d];
+      rs[nr++] = stride;
+      count *= in.dims[d];
+    } else {
+      kd[nk] = in.dims[d];
+      ks[nk++] = stride;
+    }
+    stride *= in.dims[d];
+  }
+  using C = Compute<T>;
+  const T* x = ptr<T>(in);
+  T* y = ptr<T>(c.out);
+  auto init = [] {
+    if constexpr (Mode == 4) return C(1);
+    if constexpr (Mode == 0 || Mode == 1) return C(0);
+    if constexpr (std::is_floating_point_v<C>)
+      return Mode == 2 ? -std::numeric_limits<C>::infinity() : std::numeric_limits<C>::infinity();
+    else
+      return Mode == 2 ? std::numeric_limits<C>::lowest() : std::numeric_limits<C>::max();
+  };
+  auto op = [](C a, C b) {
+    if constexpr (Mode == 4) return wrap_mul(a, b);
+    if constexpr (Mode == 0 || Mode == 1) return wrap_add(a, b);
+    if constexpr (Mode == 2) return MaxF{}(a, b);
+    return MinF{}(a, b);
+  };
+  // Offset of output o's first input: its kept multi-index (innermost first) in `idx`.
+  auto first_input = [&](std::int64_t o, std::int64_t* idx) {
+    std::int64_t off = 0;
+    for (int k = 0; k < nk; ++k) {
+      idx[k] = o % kd[k];
+      o /= kd[k];
+      off += idx[k] * ks[k];
+    }
+    return off;
+  };
+  // Steps a multi-index (innermost first) and its offset to the next position.
+  auto next = [](std::int64_t* idx, const std::int64_t* dims, const std::int64_t* strides, int n,
+                 std::int64_t& off) {
+    for (int k = 0; k < n; ++k) {
+      off += strides[k];
+      if (++idx[k] < dims[k]) return;
+      off -= idx[k] * strides[k];
+      idx[k] = 0;
+    }
+  };
+  const bool last_reduced = reduced[in.ndim - 1];
+  parallel_for(
+      nout, static_cast<double>(count),
+      [&](std::int64_t o0, std::int64_t o1) {
+        std::int64_t kidx[kMaxRank], ridx[kMaxRank];
+        if (last_reduced) {
+          for (std::int64_t o = o0; o < o1; ++o) {
+            const std::int64_t base = first_input(o, kidx);
+            C acc = init();
+            std::int64_t roff = 0;
+            for (int k = 0; k < nr; ++k) ridx[k] = 0;
+            for (std::int64_t i = 0; i < count; ++i) {
+              acc = op(acc, static_cast<C>(x[base + roff]));
+              next(ridx, rd, rs, nr, roff);
+            }
+            y[o] = static_cast<T>(acc);
+          }
+          return;
+        }
+        for (std::int64_t o = o0; o < o1; ++o) y[o] = static_cast<T>(init());
+        std::int64_t roff = 0;
+        for (int k = 0; k < nr; ++k) ridx[k] = 0;
+        for (std::int64_t i = 0; i < count; ++i) {
+          std::int64_t off = first_input(o0, kidx) + roff;
+          // Runs along the last axis (kept, stride 1), then a step of the outer kept axes.
+          for (std::int64_t o = o0; o < o1;) {
+            const std::int64_t run = std::min(kd[0] - kidx[0], o1 - o);
+            T* __restrict yo = y + o;
+            const T* __restrict xo = x + off;
+            for (std::int64_t j = 0; j < run; ++j)
+              yo[j] = static_cast<T>(op(static_cast<C>(yo[j]), static_cast<C>(xo[j])));
+            o += run;
+            off += run - 1;
+            kidx[0] += run - 1;
+            next(kidx, kd, ks, nk, off);
+          }
+          next(ridx, rd, rs, nr, roff);
+        }
+      },
+      // With the last axis kept, a task's outputs are a run of at least 256 consecutive ones, so
+      // each reduced position reads 1 KB or more of consecutive inputs.
+      last_reduced ? 1 : 256);
+  if constexpr (Mode == 1) {
+    const C n = static_cast<C>(static_cast<double>(in.size) / static_cast<double>(nout));
+    for (std::int64_t i = 0; i < nout; ++i) y[i] = static_cast<T>(static_cast<C>(y[i]) / n);
+  }
+}
+
 }  // namespace
 
 void register_cpu_reduce(Backend& b) {
   b.set(Op::SumToLike, DType::float32, &sum_to_like_kernel<float>);
   b.set(Op::SumToLike, DType::float64, &sum_to_like_kernel<double>);
+  auto each = [&](auto t) {
+    using T = decltype(t);
+    b.set(Op::Sum, dtype_of<T>, &reduce_kernel<T, 0>);
+    b.set(Op::Max, dtype_of<T>, &reduce_kernel<T, 2>);
+    b.set(Op::Min, dtype_of<T>, &reduce_kernel<T, 3>);
+    b.set(Op::Prod, dtype_of<T>, &reduce_kernel<T, 4>);
+    if constexpr (std::is_floating_point_v<T>) b.set(Op::Mean, dtype_of<T>, &reduce_kernel<T, 1>);
+  };
+  each(float{});
+  each(double{});
+  each(std::int32_t{});
+  each(std::int64_t{});
 }
 
 }  // namespace ktape::kernels
