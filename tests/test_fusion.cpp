@@ -73,6 +73,15 @@ std::vector<NDArray> run_adam(std::int64_t n, DType dt, ktape::FunctionOptions o
   return {outs[0], K::get_value(c.p), K::get_value(c.m), K::get_value(c.v)};
 }
 
+// Fused steps of a plan: lines of describe_plan() with "[fused:", and all its steps.
+std::pair<int, int> fused_and_all_steps(const ktape::Function& f) {
+  const std::string plan = f.describe_plan();
+  int fused = 0, all = 0;
+  for (std::size_t at = 0; (at = plan.find('\n', at)) != std::string::npos; ++at) ++all;
+  for (std::size_t at = 0; (at = plan.find("[fused:", at)) != std::string::npos; ++at) ++fused;
+  return {fused, all - 1};  // the last line counts commits
+}
+
 }  // namespace
 
 TEST(Fusion, AdamChainIsOnePassAndIdenticalToUnfused) {
@@ -363,15 +372,6 @@ TEST(Fusion, GatheredSliceByHand) {
   auto r = f({NDArray::from_values({1, 2, 3, 4, 5, 6, 7, 8}, Shape{2, 4}, DType::float32)});
   EXPECT_EQ(r[0].to_vector(), (std::vector<double>{4, 10, 40, 54}));
   EXPECT_EQ(f.describe_plan().find("Slice"), std::string::npos) << f.describe_plan();
-}
-
-// Fused steps of a plan: lines of describe_plan() with "[fused:", and all its steps.
-std::pair<int, int> fused_and_all_steps(const ktape::Function& f) {
-  const std::string plan = f.describe_plan();
-  int fused = 0, all = 0;
-  for (std::size_t at = 0; (at = plan.find('\n', at)) != std::string::npos; ++at) ++all;
-  for (std::size_t at = 0; (at = plan.find("[fused:", at)) != std::string::npos; ++at) ++fused;
-  return {fused, all - 1};  // the last line counts commits
 }
 
 TEST(Fusion, PassesOfOneSizeMergeIntoOne) {
