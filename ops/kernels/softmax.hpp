@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/functors.hpp"
@@ -19,11 +20,22 @@ void softmax_row(const T* x, T* y, std::int64_t n, std::int64_t inner) {
   C m = -std::numeric_limits<C>::infinity();
   for (std::int64_t j = 0; j < n; ++j) m = std::max(m, static_cast<C>(x[j * inner]));
   C s = 0;
-  for (std::int64_t j = 0; j < n; ++j) s += std::exp(static_cast<C>(x[j * inner]) - m);
-  const C ls = Log ? std::log(s) : C(0);
-  for (std::int64_t j = 0; j < n; ++j) {
-    const C v = static_cast<C>(x[j * inner]) - m;
-    y[j * inner] = static_cast<T>(Log ? v - ls : std::exp(v) / s);
+  if constexpr (Log) {
+    for (std::int64_t j = 0; j < n; ++j) s += std::exp(static_cast<C>(x[j * inner]) - m);
+    const C ls = std::log(s);
+    for (std::int64_t j = 0; j < n; ++j)
+      y[j * inner] = static_cast<T>(static_cast<C>(x[j * inner]) - m - ls);
+  } else if constexpr (std::is_same_v<T, C>) {  // each exp once, kept in y until the sum is known
+    for (std::int64_t j = 0; j < n; ++j) {
+      const C e = std::exp(static_cast<C>(x[j * inner]) - m);
+      y[j * inner] = e;
+      s += e;
+    }
+    for (std::int64_t j = 0; j < n; ++j) y[j * inner] = y[j * inner] / s;
+  } else {  // a narrower T would round the kept exp: compute it again
+    for (std::int64_t j = 0; j < n; ++j) s += std::exp(static_cast<C>(x[j * inner]) - m);
+    for (std::int64_t j = 0; j < n; ++j)
+      y[j * inner] = static_cast<T>(std::exp(static_cast<C>(x[j * inner]) - m) / s);
   }
 }
 
