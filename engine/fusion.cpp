@@ -20,6 +20,7 @@ constexpr int kMaxFusedInputs = 8;     // operands of one member kernel
 
 constexpr std::int64_t kMaxRowChunk = 8192;      // a row operand's chunk: lcm(width, 64) * k
 constexpr std::int64_t kMaxColumnChunk = 16384;  // a column operand's: lcm(inner, 64) * k
+constexpr std::size_t kMaxMerged = 64;           // members of passes merged into one
 
 // `in` broadcasts along the leading axes of `out`: its dims (leading 1s dropped) are out's
 // trailing dims. Such a row operand (a bias) repeats every `in.size` elements.
@@ -165,7 +166,11 @@ struct Groups {
       return c > last ||
              std::find(gs.begin(), gs.end(), of[static_cast<std::size_t>(c)]) != gs.end();
     };
-    if (gs.size() < 2 || !std::all_of(also.begin(), also.end(), inside_or_after)) return -1;
+    std::size_t total = 0;  // a pass of at most kMaxMerged members (bounds the checks too)
+    for (int g : gs) total += members[static_cast<std::size_t>(g)].size();
+    if (gs.size() < 2 || total > kMaxMerged ||
+        !std::all_of(also.begin(), also.end(), inside_or_after))
+      return -1;
     for (int g : gs) {
       // A root that stops being one would be read from a register: not through a view of part.
       const int r = root[static_cast<std::size_t>(g)];
@@ -267,16 +272,14 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       return G.root[static_cast<std::size_t>(a)] < G.root[static_cast<std::size_t>(b)];
     });
-    constexpr std::size_t kSiblingWindow = 16;
+    constexpr std::size_t kSiblingWindow = 16;  // the next passes in running order
     for (std::size_t i = 0; i < order.size(); ++i) {
       const int g = order[i];
       if (G.members[static_cast<std::size_t>(g)].empty()) continue;
-      std::size_t tried = 0;
-      for (std::size_t j = i + 1; j < order.size() && tried < kSiblingWindow; ++j) {
+      for (std::size_t j = i + 1; j < order.size() && j <= i + kSiblingWindow; ++j) {
         const int h = order[j];
         if (G.members[static_cast<std::size_t>(h)].empty() || G.size(p, h) != G.size(p, g))
           continue;
-        ++tried;
         if (G.merge(p, consumers, {g, h}, Broadcast{}, {}) >= 0) break;
       }
     }

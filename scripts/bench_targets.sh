@@ -18,8 +18,12 @@ for ((r = 1; r <= rounds; ++r)); do
     --benchmark_report_aggregates_only=true 2>/dev/null | grep -E '_(min|max) ' >>"$out"
 done
 awk '
-  function us(v, u) { return u == "ms" ? v * 1000 : (u == "ns" ? v / 1000 : v) }
-  function gflops(s) { sub(/FLOPS=/, "", s); v = s + 0; return s ~ /T\/s/ ? v * 1000 : v }
+  function us(v, u) { return u == "s" ? v * 1e6 : u == "ms" ? v * 1000 : u == "ns" ? v / 1000 : v }
+  function gflops(s) {
+    sub(/FLOPS=/, "", s); v = s + 0
+    return s ~ /T\/s/ ? v * 1000 : s ~ /G\/s/ ? v : s ~ /M\/s/ ? v / 1000 : s ~ /k\/s/ ? v / 1e6 : v / 1e9
+  }
+  function div(a, b) { return b > 0 ? a / b : 0 }  # a missing benchmark reads as 0
   /_min / { n = $1; sub(/\/real_time_min/, "", n); t = us($2, $3);
             if (!(n in best) || t < best[n]) best[n] = t }
   /_max / { n = $1; sub(/\/real_time_max/, "", n);
@@ -33,14 +37,14 @@ awk '
     for (i = 1; i <= 3; ++i) {
       g = "BM_Gemm/128/" shapes[i]
       printf "GEMM 128/%s: 1 thread %.0f%% of the FMA peak (>= 70%%), 2 threads %.2fx (>= 1.8x)\n",
-             shapes[i], 100 * rate[g "/1/0"] / peak1, best[g "/1/0"] / best[g "/2/0"]
+             shapes[i], 100 * div(rate[g "/1/0"], peak1), div(best[g "/1/0"], best[g "/2/0"])
     }
     for (t = 1; t <= 2; ++t) {
       g = rate["BM_Gemm/128/128/512/" t "/0"]
       printf "LSTM loop, %d thread(s): %.0f%% of the GEMM rate at 128x128x512 (>= 60%%); loop %.1f ms, unrolled %.1f ms (loop no slower)\n",
-             t, 100 * rate["BM_LstmStep/128/0/" t "/0"] / g,
+             t, 100 * div(rate["BM_LstmStep/128/0/" t "/0"], g),
              best["BM_LstmStep/128/0/" t "/0"] / 1000, best["BM_LstmStep/128/1/" t "/0"] / 1000
     }
-    printf "LSTM loop 2 threads: %.2fx one (>= 1.7x)\n", best["BM_LstmStep/128/0/1/0"] / best["BM_LstmStep/128/0/2/0"]
-    printf "MLP 2 threads: %.2fx one (>= 1.7x)\n", best["BM_MlpStep/128/0/1"] / best["BM_MlpStep/128/0/2"]
+    printf "LSTM loop 2 threads: %.2fx one (>= 1.7x)\n", div(best["BM_LstmStep/128/0/1/0"], best["BM_LstmStep/128/0/2/0"])
+    printf "MLP 2 threads: %.2fx one (>= 1.7x)\n", div(best["BM_MlpStep/128/0/1"], best["BM_MlpStep/128/0/2"])
   }' "$out"

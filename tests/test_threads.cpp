@@ -131,11 +131,11 @@ INSTANTIATE_TEST_SUITE_P(Models, SameBits, ::testing::Values("mlp", "lstm", "cnn
                            return std::string(i.param);
                          });
 
-// The bias gradient's column sums (SumToLike) split by columns (512 wide), by row blocks with
-// partial sums (32 wide, many rows) or not at all (tiny): the same bits at 1, 2 and 16 threads,
-// and within float32 rounding of a double sum computed here.
+// The bias gradient's column sums (SumToLike) split by row blocks with partial sums (512 and
+// 32 wide), by columns (5000 wide rows) or not at all (tiny): the same bits at 1, 2 and 16
+// threads, and within float32 rounding of a double sum computed here.
 TEST(Threads, BiasGradientSumsGiveTheSameBitsAtAnyThreadCount) {
-  for (const Shape& shape : {Shape{3000, 512}, Shape{90000, 32}, Shape{7, 3}}) {
+  for (const Shape& shape : {Shape{3000, 512}, Shape{90000, 32}, Shape{40, 5000}, Shape{7, 3}}) {
     const std::int64_t w = shape[1], rows = shape[0];
     const NDArray yv = pattern(shape);
     std::vector<NDArray> got;
@@ -165,14 +165,21 @@ TEST(Threads, BiasGradientSumsGiveTheSameBitsAtAnyThreadCount) {
 
 // The grain policy (engine/parallel.hpp) cuts even chunks, the same at any thread count:
 // 32 items of cost 4096 give four chunks of 8 (not 9, 9, 9, 5); 65536 of cost 2 at alignment 64
-// four of 16384 (not three of 20032 and one of 5440).
+// four of 16384 (not three of 20032 and one of 5440); 100 of cost 1000 three of 34, 34, 32; work
+// below two tasks' worth one chunk.
 TEST(Threads, TheGrainPolicyCutsEvenChunksAtAnyThreadCount) {
   struct Case {
     std::int64_t n;
     double cost;
-    std::int64_t align, chunk;
+    std::int64_t align;
+    std::vector<std::int64_t> ends;  // of the chunks, in order
   };
-  for (const Case& c : {Case{32, 4096, 1, 8}, Case{65536, 2, 64, 16384}})
+  const std::vector<Case> cases = {
+      {32, 4096, 1, {8, 16, 24, 32}},
+      {65536, 2, 64, {16384, 32768, 49152, 65536}},
+      {100, 1000, 1, {34, 68, 100}},  // grain 40: 3 chunks of 34, 34, 32 (not 40, 40, 20)
+      {10, 1000, 1, {10}}};           // below two tasks' worth: serial
+  for (const Case& c : cases)
     for (int threads : {1, 2, 16}) {
       tbb::task_arena arena(threads);
       std::mutex mu;
@@ -187,11 +194,10 @@ TEST(Threads, TheGrainPolicyCutsEvenChunksAtAnyThreadCount) {
             c.align);
       });
       std::sort(cuts.begin(), cuts.end());
-      ASSERT_EQ(cuts.size(), static_cast<std::size_t>(c.n / c.chunk)) << c.n << " " << threads;
+      ASSERT_EQ(cuts.size(), c.ends.size()) << c.n << " " << threads;
       for (std::size_t i = 0; i < cuts.size(); ++i)
-        EXPECT_EQ(cuts[i], (std::pair<std::int64_t, std::int64_t>(
-                               static_cast<std::int64_t>(i) * c.chunk,
-                               static_cast<std::int64_t>(i + 1) * c.chunk)))
+        EXPECT_EQ(cuts[i],
+                  (std::pair<std::int64_t, std::int64_t>(i == 0 ? 0 : c.ends[i - 1], c.ends[i])))
             << c.n << " " << threads;
     }
 }
@@ -238,6 +244,16 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
       {NDArray::from_values({0.0, std::log(2.0), third}, Shape{1, 3}, DType::float32)});
   EXPECT_NEAR(sm[0].item(0), 0.125, 1e-6);
   EXPECT_NEAR(sm[0].item(2), 0.625, 1e-6);
+  // In float64 with log-softmax: the crossentropy of class 2 from those logits is -ln(5/8).
+  K::clear_session();
+  auto v64 = K::placeholder({K::None, 3}, {.dtype = "float64"});
+  auto t64 = K::placeholder({K::None, 3}, {.dtype = "float64"});
+  auto ce = K::function(
+      {v64, t64}, {K::softmax(v64), K::categorical_crossentropy(t64, v64, {.from_logits = true})})(
+      {NDArray::from_values({0.0, std::log(2.0), third}, Shape{1, 3}, DType::float64),
+       NDArray::from_values({0.0, 0.0, 1.0}, Shape{1, 3}, DType::float64)});
+  EXPECT_NEAR(ce[0].item(1), 0.25, 1e-15);
+  EXPECT_NEAR(ce[1].item(0), -std::log(0.625), 1e-15);
   // Rows 5 and 3000 out of range: the message names row 5 at any thread count.
   tv.data<std::int32_t>()[3000] = 40;
   tv.data<std::int32_t>()[5] = -1;
@@ -259,16 +275,18 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
 
 // Sum, mean, max, min and prod over every set of axes of an (80, 60, 50) array split their outputs
 // over threads on the cpu backend: the reference backend's bits (each output takes its inputs in
-// the same order) at 1, 2 and 16 threads, in float32, float64 and int32; a NaN wins max and min.
+// the same order) at 1, 2 and 16 threads, in float32, float64, int32 and int64 (over every axis:
+// the serial kernel); a NaN wins max and min.
 TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
-  const std::vector<std::vector<int>> axes_sets = {{2}, {0}, {1}, {0, 2}, {1, 2}, {0, 1}, {}};
-  for (const char* dt : {"float32", "float64", "int32"}) {
+  const std::vector<std::vector<int>> axes_sets = {{2},    {0},    {1},      {0, 2},
+                                                   {1, 2}, {0, 1}, {0, 1, 2}};
+  for (const char* dt : {"float32", "float64", "int32", "int64"}) {
+    const bool ints = std::string(dt) == "int32" || std::string(dt) == "int64";
     NDArray xv(Shape{80, 60, 50}, ktape::dtype_from_name(dt));
     for (std::int64_t i = 0; i < xv.size(); ++i)
-      xv.set_item(i, std::string(dt) == "int32"
-                         ? static_cast<double>((i * 7919) % 201 - 100)
-                         : 1.0 + 0.01 * std::sin(0.37 * static_cast<double>(i)));
-    if (std::string(dt) != "int32") xv.set_item(777, std::nan(""));
+      xv.set_item(i, ints ? static_cast<double>((i * 7919) % 201 - 100)
+                          : 1.0 + 0.01 * std::sin(0.37 * static_cast<double>(i)));
+    if (!ints) xv.set_item(777, std::nan(""));
     auto run = [&](const char* backend, int threads) {
       std::vector<NDArray> out;
       tbb::task_arena arena(threads);
@@ -282,7 +300,7 @@ TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
           outs.push_back(K::max(x, o));
           outs.push_back(K::min(x, o));
           outs.push_back(K::prod(x, o));
-          if (std::string(dt) != "int32") outs.push_back(K::mean(x, o));
+          if (!ints) outs.push_back(K::mean(x, o));
         }
         out = K::function({x}, outs, {}, {.backend = backend})({xv});
       });
@@ -298,13 +316,16 @@ TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
             << dt << " output " << k << " at " << threads << " threads";
       }
     }
-    if (std::string(dt) == "int32") {  // sum over axis 2 of row (0, 0), by hand
+    if (ints) {  // sum over axis 2 of row (0, 0), by hand
       std::int64_t want = 0;
       for (std::int64_t j = 0; j < 50; ++j) want += (j * 7919) % 201 - 100;
-      EXPECT_EQ(ref[0].item(0), static_cast<double>(want));
-    } else {  // element 777 is (0, 15, 27): max over axis 2 of row (0, 15) is NaN
-      EXPECT_TRUE(std::isnan(ref[1].item(15)));
-      EXPECT_TRUE(std::isnan(run("cpu", 2)[1].item(15)));
+      EXPECT_EQ(ref[0].item(0), static_cast<double>(want)) << dt;
+    } else {  // element 777 is (0, 15, 27): max and min over axis 2 of row (0, 15) are NaN
+      const auto cpu = run("cpu", 2);
+      for (std::size_t k : {1, 2}) {
+        EXPECT_TRUE(std::isnan(ref[k].item(15))) << dt << " " << k;
+        EXPECT_TRUE(std::isnan(cpu[k].item(15))) << dt << " " << k;
+      }
     }
   }
 }

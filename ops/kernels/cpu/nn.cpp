@@ -12,7 +12,7 @@ namespace ktape::kernels {
 
 namespace {
 
-// Cost of one value of a row in element operations (a max, two exps, a divide).
+// Cost of one value of a row in element operations (a max, an exp, a sum, a divide).
 constexpr double kSoftmaxCost = 24.0;
 
 template <class T, bool Log>
