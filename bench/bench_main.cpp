@@ -14,6 +14,7 @@
 //   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
 //   BM_Softmax/<0 cpu, 1 reference>/<threads>: softmax of (4096, 1000)
 //   BM_Reduce/<axis>/<0 cpu, 1 reference>/<threads>: K::max over one axis of (4096, 1000)
+//   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -272,6 +273,25 @@ void BM_Reduce(benchmark::State& state) {
 }
 BENCHMARK(BM_Reduce)
     ->ArgsProduct({{0, 1}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// A batch norm's channel means: K::mean over axes 0, 1, 2 of (128, 26, 26, 32) (32 outputs).
+void BM_ChannelMean(benchmark::State& state) {
+  const int be = static_cast<int>(state.range(0));
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  auto x = K::placeholder({K::None, 26, 26, 32});
+  const auto f = K::function({x}, {K::mean(x, {.axis = std::vector<int>{0, 1, 2}})}, {},
+                             {.backend = backend_name(be)});
+  std::vector<NDArray> ins{NDArray::full(Shape{128, 26, 26, 32}, 0.25)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * 128 * 26 * 26 * 32);
+  state.SetLabel(std::string(backend_name(be)) + ", " +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_ChannelMean)
+    ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

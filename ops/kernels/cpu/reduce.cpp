@@ -116,8 +116,11 @@ void sum_to_like_kernel(const KernelCall& c) {
 // Each output takes its inputs in ascending index order, as the reference kernel's walk does,
 // so the bits are the reference's at any thread count. With the last axis reduced, each output
 // runs over its reduced values; with it kept, a task runs over the reduced positions outside
-// and a run of its outputs inside, so consecutive outputs read consecutive inputs. A reduction to
-// one value stays serial (the reference kernel).
+// and a run of its outputs inside, so consecutive outputs read consecutive inputs. With fewer
+// than 512 outputs along a kept last axis (a batch norm's channels), the reduced positions split
+// instead into blocks fixed by the shape, combined in block order: the same bits at any thread
+// count, the reference's for Max, Min and integers, within rounding of them for float sums and
+// products. A reduction to one value stays serial (the reference kernel).
 template <class T, int Mode>
 void reduce_kernel(const KernelCall& c) {
   static constexpr Op kOps[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod};
@@ -177,12 +180,41 @@ void reduce_kernel(const KernelCall& c) {
       idx[k] = 0;
     }
   };
+  // Reduced positions [i0, i1) into outputs [o0, o1) when the last axis is kept: dst[o - o0] is
+  // set, then each reduced position adds its runs along the last axis (stride 1, vectorized).
+  auto sweep = [&](std::int64_t i0, std::int64_t i1, std::int64_t o0, std::int64_t o1, T* dst) {
+    std::int64_t kidx[kMaxRank], ridx[kMaxRank];
+    for (std::int64_t o = o0; o < o1; ++o) dst[o - o0] = static_cast<T>(init());
+    std::int64_t roff = 0, rest = i0;
+    for (int k = 0; k < nr; ++k) {
+      ridx[k] = rest % rd[k];
+      rest /= rd[k];
+      roff += ridx[k] * rs[k];
+    }
+    for (std::int64_t i = i0; i < i1; ++i) {
+      std::int64_t off = first_input(o0, kidx) + roff;
+      for (std::int64_t o = o0; o < o1;) {
+        const std::int64_t run = std::min(kd[0] - kidx[0], o1 - o);
+        T* __restrict yo = dst + (o - o0);
+        const T* __restrict xo = x + off;
+        for (std::int64_t j = 0; j < run; ++j)
+          yo[j] = static_cast<T>(op(static_cast<C>(yo[j]), static_cast<C>(xo[j])));
+        o += run;
+        off += run - 1;
+        kidx[0] += run - 1;
+        next(kidx, kd, ks, nk, off);
+      }
+      next(ridx, rd, rs, nr, roff);
+    }
+  };
+  constexpr std::int64_t kRun = 256;  // outputs of a task when the last axis is kept
   const bool last_reduced = reduced[in.ndim - 1];
-  parallel_for(
-      nout, static_cast<double>(count),
-      [&](std::int64_t o0, std::int64_t o1) {
-        std::int64_t kidx[kMaxRank], ridx[kMaxRank];
-        if (last_reduced) {
+  if (last_reduced || nout >= 2 * kRun) {
+    parallel_for(
+        nout, static_cast<double>(count),
+        [&](std::int64_t o0, std::int64_t o1) {
+          if (!last_reduced) return sweep(0, count, o0, o1, y + o0);
+          std::int64_t kidx[kMaxRank], ridx[kMaxRank];
           for (std::int64_t o = o0; o < o1; ++o) {
             const std::int64_t base = first_input(o, kidx);
             C acc = init();
@@ -194,31 +226,34 @@ void reduce_kernel(const KernelCall& c) {
             }
             y[o] = static_cast<T>(acc);
           }
-          return;
-        }
-        for (std::int64_t o = o0; o < o1; ++o) y[o] = static_cast<T>(init());
-        std::int64_t roff = 0;
-        for (int k = 0; k < nr; ++k) ridx[k] = 0;
-        for (std::int64_t i = 0; i < count; ++i) {
-          std::int64_t off = first_input(o0, kidx) + roff;
-          // Runs along the last axis (kept, stride 1), then a step of the outer kept axes.
-          for (std::int64_t o = o0; o < o1;) {
-            const std::int64_t run = std::min(kd[0] - kidx[0], o1 - o);
-            T* __restrict yo = y + o;
-            const T* __restrict xo = x + off;
-            for (std::int64_t j = 0; j < run; ++j)
-              yo[j] = static_cast<T>(op(static_cast<C>(yo[j]), static_cast<C>(xo[j])));
-            o += run;
-            off += run - 1;
-            kidx[0] += run - 1;
-            next(kidx, kd, ks, nk, off);
-          }
-          next(ridx, rd, rs, nr, roff);
-        }
-      },
-      // With the last axis kept, a task's outputs are a run of at least 256 consecutive ones, so
-      // each reduced position reads 1 KB or more of consecutive inputs.
-      last_reduced ? 1 : 256);
+        },
+        // With the last axis kept, a task's outputs are a run of at least kRun consecutive
+        // ones, so each reduced position reads 1 KB or more of consecutive inputs.
+        last_reduced ? 1 : kRun);
+  } else {
+    // Few outputs along the kept last axis (a batch norm's channels): the reduced positions
+    // split into blocks fixed by the shape, whose partial results are combined in block order.
+    const std::int64_t blocks =
+        slot_count(static_cast<double>(nout) * static_cast<double>(count), count, 64);
+    if (blocks <= 1) {
+      sweep(0, count, 0, nout, y);
+    } else {
+      std::vector<T>& part = partials<T>();
+      if (part.size() < static_cast<std::size_t>(blocks * nout))
+        part.resize(static_cast<std::size_t>(blocks * nout));
+      T* pp = part.data();
+      // Isolated, as the column sums: this thread's partials must not be reused underneath.
+      tbb::this_task_arena::isolate([&] {
+        parallel_slots(blocks, [&](std::int64_t b) {
+          sweep(count * b / blocks, count * (b + 1) / blocks, 0, nout, pp + b * nout);
+        });
+      });
+      for (std::int64_t o = 0; o < nout; ++o) y[o] = pp[o];
+      for (std::int64_t b = 1; b < blocks; ++b)
+        for (std::int64_t o = 0; o < nout; ++o)
+          y[o] = static_cast<T>(op(static_cast<C>(y[o]), static_cast<C>(pp[b * nout + o])));
+    }
+  }
   if constexpr (Mode == 1) {
     const C n = static_cast<C>(static_cast<double>(in.size) / static_cast<double>(nout));
     for (std::int64_t i = 0; i < nout; ++i) y[i] = static_cast<T>(static_cast<C>(y[i]) / n);
