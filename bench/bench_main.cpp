@@ -13,7 +13,8 @@
 //     policy at work)
 //   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
 //   BM_Softmax/<0 cpu, 1 reference>/<threads>: softmax of (4096, 1000)
-//   BM_Reduce/<axis>/<0 cpu, 1 reference>/<threads>: K::max over one axis of (4096, 1000)
+//   BM_Reduce/<axis, 2 = K::sum of all>/<0 cpu, 1 reference>/<threads>: K::max over one axis of
+//     (4096, 1000), or the sum of all of it
 //   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
 #include <benchmark/benchmark.h>
 
@@ -257,13 +258,14 @@ BENCHMARK(BM_Softmax)
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 
-// K::max over axis 0 or 1 of (4096, 1000) on the cpu backend (outputs split over threads) or
-// the serial reference one.
+// K::max over axis 0 or 1 of (4096, 1000), or (2) K::sum of all of it, on the cpu backend (split
+// over threads) or the serial reference one.
 void BM_Reduce(benchmark::State& state) {
   const int axis = static_cast<int>(state.range(0)), be = static_cast<int>(state.range(1));
   const auto limit = ktape::bench::limit_threads(state.range(2));
   auto x = K::placeholder({K::None, 1000});
-  const auto f = K::function({x}, {K::max(x, axis)}, {}, {.backend = backend_name(be)});
+  const auto f = K::function({x}, {axis == 2 ? K::sum(x) : K::max(x, axis)}, {},
+                             {.backend = backend_name(be)});
   std::vector<NDArray> ins{NDArray::full(Shape{4096, 1000}, 0.25)}, outs;
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
@@ -272,7 +274,7 @@ void BM_Reduce(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_Reduce)
-    ->ArgsProduct({{0, 1}, {0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -276,9 +276,9 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
 // Sum, mean, max, min and prod over every set of axes of an (80, 60, 50) array split their outputs
 // over threads on the cpu backend: the same bits at 1, 2 and 16 threads, and the reference
 // backend's (each output takes its inputs in the same order), except float sums, products and
-// means over axes {0, 1} (few outputs along the kept last axis: blocks of reduced positions),
-// which are within rounding of it; float32, float64, int32 and int64 (over every axis: the
-// serial kernel); a NaN wins max and min.
+// means over axes {0, 1} (few outputs along the kept last axis) and {0, 1, 2} (one value), whose
+// reduced positions split into blocks: within rounding of it. float32, float64, int32 and int64;
+// a NaN wins max and min.
 TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
   const std::vector<std::vector<int>> axes_sets = {{2},    {0},    {1},      {0, 2},
                                                    {1, 2}, {0, 1}, {0, 1, 2}};
@@ -317,20 +317,22 @@ TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
         ASSERT_EQ(cpu[k].shape(), ref[k].shape()) << dt << " output " << k;
         EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), one[k].raw_data(), one[k].nbytes()))
             << dt << " output " << k << " at " << threads << " threads vs 1";
-        // Axes {0, 1} keep 50 outputs along the last axis: the reduced positions split into
-        // blocks, so float sums, products and means are within rounding of the reference.
+        // Axes {0, 1} keep 50 outputs along the last axis and axes {0, 1, 2} one: the reduced
+        // positions split into blocks, so float sums, products and means are within rounding
+        // of the reference.
         const std::size_t per = ints ? 4 : 5, op = k % per;
-        const bool blocked = k / per == 5 && !ints && (op == 0 || op == 3 || op == 4);
+        const bool blocked = k / per >= 5 && !ints && (op == 0 || op == 3 || op == 4);
         if (!blocked) {
           EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
               << dt << " output " << k << " at " << threads << " threads";
           continue;
         }
         for (std::int64_t i = 0; i < ref[k].size(); ++i)
-          if (!std::isnan(ref[k].item(i)) || !std::isnan(cpu[k].item(i)))
+          if (!std::isnan(ref[k].item(i)) || !std::isnan(cpu[k].item(i))) {
             EXPECT_NEAR(cpu[k].item(i), ref[k].item(i),
                         (std::string(dt) == "float32" ? 1e-5 : 1e-13) * std::abs(ref[k].item(i)))
                 << dt << " output " << k << " @" << i;
+          }
       }
     }
     if (ints) {  // sum over axis 2 of row (0, 0), by hand
@@ -345,6 +347,30 @@ TEST(Threads, ReductionsOverAxesGiveTheReferenceBits) {
       }
     }
   }
+}
+
+// K::sum and K::mean of a whole (300, 1000) float32 array: contiguous blocks fixed by the size,
+// the same bits at 1, 2 and 16 threads, within rounding of a double sum computed here.
+TEST(Threads, WholeArrayReductionsGiveTheSameBitsAtAnyThreadCount) {
+  const NDArray xv = pattern({300, 1000});
+  double want = 0;
+  for (std::int64_t i = 0; i < xv.size(); ++i) want += xv.item(i);
+  std::vector<std::vector<NDArray>> got;
+  for (int threads : {1, 2, 16}) {
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      K::clear_session();
+      auto x = K::placeholder({K::None, 1000});
+      got.push_back(K::function({x}, {K::sum(x), K::mean(x), K::max(x)})({xv}));
+    });
+  }
+  for (std::size_t t = 1; t < got.size(); ++t)
+    for (std::size_t k = 0; k < 3; ++k)
+      EXPECT_EQ(0, std::memcmp(got[0][k].raw_data(), got[t][k].raw_data(), got[0][k].nbytes()))
+          << "output " << k << " run " << t;
+  EXPECT_NEAR(got[0][0].item(0), want, 1e-2);
+  EXPECT_NEAR(got[0][1].item(0), want / 300000.0, 1e-8);
+  EXPECT_NEAR(got[0][2].item(0), 1.0, 1e-6);  // sin reaches 1 within float32 rounding
 }
 
 TEST(Threads, SetAndQueryTheLimit) {

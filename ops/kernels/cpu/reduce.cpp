@@ -120,13 +120,13 @@ void sum_to_like_kernel(const KernelCall& c) {
 // than 512 outputs along a kept last axis (a batch norm's channels), the reduced positions split
 // instead into blocks fixed by the shape, combined in block order: the same bits at any thread
 // count, the reference's for Max, Min and integers, within rounding of them for float sums and
-// products. A reduction to one value stays serial (the reference kernel).
+// products. A reduction to one value splits the same way, into contiguous blocks.
 template <class T, int Mode>
 void reduce_kernel(const KernelCall& c) {
   static constexpr Op kOps[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod};
   const ArrayRef& in = c.in[0];
   const std::int64_t nout = c.out.size;
-  if (nout <= 1 || in.size == 0) return reference_backend().get(kOps[Mode], in.dtype)(c);
+  if (nout == 0 || in.size == 0) return reference_backend().get(kOps[Mode], in.dtype)(c);
   bool reduced[kMaxRank] = {};
   for (auto axis : attrs::Reduce::of(*c.attrs).axes) reduced[axis] = true;
   std::int64_t kd[kMaxRank], ks[kMaxRank], rd[kMaxRank], rs[kMaxRank];
@@ -208,8 +208,23 @@ void reduce_kernel(const KernelCall& c) {
     }
   };
   constexpr std::int64_t kRun = 256;  // outputs of a task when the last axis is kept
-  const bool last_reduced = reduced[in.ndim - 1];
-  if (last_reduced || nout >= 2 * kRun) {
+  const bool last_reduced = in.ndim > 0 && reduced[in.ndim - 1];
+  if (nout == 1) {
+    // Everything to one value: contiguous blocks fixed by the size, combined in block order.
+    auto run = [&](std::int64_t i0, std::int64_t i1) {
+      C acc = init();
+      for (std::int64_t i = i0; i < i1; ++i) acc = op(acc, static_cast<C>(x[i]));
+      return acc;
+    };
+    const std::int64_t blocks = slot_count(static_cast<double>(in.size), in.size, 64);
+    C part[64];
+    parallel_slots(blocks, [&](std::int64_t b) {
+      part[b] = run(in.size * b / blocks, in.size * (b + 1) / blocks);
+    });
+    C acc = part[0];
+    for (std::int64_t b = 1; b < blocks; ++b) acc = op(acc, part[b]);
+    y[0] = static_cast<T>(acc);
+  } else if (last_reduced || nout >= 2 * kRun) {
     parallel_for(
         nout, static_cast<double>(count),
         [&](std::int64_t o0, std::int64_t o1) {
