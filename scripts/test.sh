@@ -9,5 +9,5 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKTAPE_BUILD_TESTS=ON
 cmake --build build
 (cd build && ctest --output-on-failure -j2)
 if [ "${1:-}" = "--quick" ]; then exit 0; fi
-bash scripts/sanitize.sh "${FUZZ_SECONDS:-60}"
+bash scripts/sanitize.sh "${FUZZ_SECONDS:-30}"
 bash scripts/tsan.sh
