@@ -27,6 +27,21 @@ std::vector<T>& partials() {
   return p;
 }
 
+// Runs f(b, partial) for blocks b in [0, blocks), each a task writing `width` partial results at
+// `partial`, and returns the partials (block b at b * width) for the caller to combine in order.
+// Isolated: a thread waiting here must not run another call's kernel, which would reuse this
+// thread's partials underneath.
+template <class T, class F>
+const T* in_blocks(std::int64_t blocks, std::int64_t width, F&& f) {
+  std::vector<T>& part = partials<T>();
+  if (part.size() < static_cast<std::size_t>(blocks * width))
+    part.resize(static_cast<std::size_t>(blocks * width));
+  T* pp = part.data();
+  tbb::this_task_arena::isolate(
+      [&] { parallel_slots(blocks, [&](std::int64_t b) { f(b, pp + b * width); }); });
+  return pp;
+}
+
 // Sums rows [r0, r1) of the rows x w array g into y[0, w) (y is set, not added to), four rows
 // at a time so y is loaded and stored once per four rows.
 template <class T>
@@ -81,16 +96,8 @@ bool column_sum(const ArrayRef& g, const ArrayRef& out, T* y) {
     sum_rows(pg, w, 0, rows, y);
     return true;
   }
-  std::vector<T>& part = partials<T>();
-  if (part.size() < static_cast<std::size_t>(blocks * w))
-    part.resize(static_cast<std::size_t>(blocks * w));
-  T* pp = part.data();
-  // Isolated: a thread waiting here must not run another call's kernel, which would reuse this
-  // thread's partial sums underneath.
-  tbb::this_task_arena::isolate([&] {
-    parallel_slots(blocks, [&](std::int64_t b) {
-      sum_rows(pg, w, rows * b / blocks, rows * (b + 1) / blocks, pp + b * w);
-    });
+  const T* pp = in_blocks<T>(blocks, w, [&](std::int64_t b, T* out) {
+    sum_rows(pg, w, rows * b / blocks, rows * (b + 1) / blocks, out);
   });
   for (std::int64_t j = 0; j < w; ++j) y[j] = pp[j];
   for (std::int64_t b = 1; b < blocks; ++b)
@@ -253,15 +260,8 @@ void reduce_kernel(const KernelCall& c) {
     if (blocks <= 1) {
       sweep(0, count, 0, nout, y);
     } else {
-      std::vector<T>& part = partials<T>();
-      if (part.size() < static_cast<std::size_t>(blocks * nout))
-        part.resize(static_cast<std::size_t>(blocks * nout));
-      T* pp = part.data();
-      // Isolated, as the column sums: this thread's partials must not be reused underneath.
-      tbb::this_task_arena::isolate([&] {
-        parallel_slots(blocks, [&](std::int64_t b) {
-          sweep(count * b / blocks, count * (b + 1) / blocks, 0, nout, pp + b * nout);
-        });
+      const T* pp = in_blocks<T>(blocks, nout, [&](std::int64_t b, T* out) {
+        sweep(count * b / blocks, count * (b + 1) / blocks, 0, nout, out);
       });
       for (std::int64_t o = 0; o < nout; ++o) y[o] = pp[o];
       for (std::int64_t b = 1; b < blocks; ++b)
