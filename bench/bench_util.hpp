@@ -44,13 +44,13 @@ inline std::string threads_label(std::int64_t threads) {
                      : "every core";
 }
 
-// Selects the cpu GEMM's serial kernel while the result lives: 0 the build's default (BLIS when
-// built with it), 1 Eigen's. Labels the benchmark with it.
+// Selects the cpu GEMM's serial kernel while the result lives: 0 the default (BLIS when built
+// with it and it has kernels for this CPU), 1 Eigen's. Labels the benchmark with it ("blis skx").
 class GemmChoice {
  public:
   explicit GemmChoice(std::int64_t choice) : saved_(kernels::gemm_library()) {
     if (choice == 1) kernels::set_gemm_library(kernels::GemmLibrary::eigen);
-    name_ = kernels::gemm_library_name(kernels::gemm_library());
+    name_ = kernels::gemm_kernel_name(kernels::gemm_library());
   }
   ~GemmChoice() { kernels::set_gemm_library(saved_); }
   GemmChoice(const GemmChoice&) = delete;

@@ -7,7 +7,9 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
+#include <array>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <random>
 #include <string>
@@ -148,6 +150,25 @@ TEST(Gemm, SplitDepthMatchesTheOracle) {
     }
 }
 
+TEST(Gemm, AnOverwriteNeverReadsTheOutputAndScratchMayBeUnaligned) {
+  // C = A B over a NaN-filled C (an arena's uninitialized buffer): no NaN may leak in, in the
+  // full micro-tiles, the edges or any depth block. The scratch a Function passes is sized by
+  // parallel_gemm_scratch and may start anywhere aligned for T.
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    for (const auto& [m, n, k] :
+         {std::array<std::int64_t, 3>{70, 130, 1001}, std::array<std::int64_t, 3>{33, 13, 5},
+          std::array<std::int64_t, 3>{128, 512, 128}}) {
+      std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f);
+      std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+      std::vector<std::byte> scratch(ktape::kernels::parallel_gemm_scratch(m, n, k, 4) + 4);
+      ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1},
+                                           {c.data(), n, 1}, false, scratch.data() + 4);
+      for (float v : c) ASSERT_EQ(v, 0.125f * static_cast<float>(k)) << m << "x" << k << "x" << n;
+    }
+  }
+}
+
 TEST(Gemm, EmptyDepthZeroesOrKeeps) {
   for (GemmLibrary lib : libraries()) {
     const UseLibrary use(lib);
@@ -238,6 +259,25 @@ TEST(Gemm, TilesFeedManyCoresWithoutGettingSmall) {
       EXPECT_GE(tiles, 32) << what;  // a thin product over a long batch still feeds many cores
     }
   }
+}
+
+// BLIS 0.9 falls back to its reference kernels ("generic") on a CPU model it does not know, such
+// as AMD Zen 5, and they run at a sixth of the core's peak: with AVX2 and FMA, neither the default
+// kernel nor BLIS when chosen may be those. The name is what benchmark labels show.
+TEST(Gemm, TheDefaultKernelIsNeverBlisReferenceCode) {
+  const GemmLibrary lib = ktape::kernels::gemm_library();
+  const std::string name = ktape::kernels::gemm_kernel_name(lib);
+  EXPECT_EQ(name.find("generic"), std::string::npos) << name;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    ktape::kernels::set_gemm_library(GemmLibrary::blis);  // false without BLIS: eigen stays
+    const std::string blis = ktape::kernels::gemm_kernel_name(ktape::kernels::gemm_library());
+    ktape::kernels::set_gemm_library(lib);
+    EXPECT_EQ(blis.find("generic"), std::string::npos) << blis;
+  }
+#endif
+  EXPECT_EQ(ktape::kernels::gemm_kernel_name(GemmLibrary::eigen), "eigen");
 }
 
 }  // namespace

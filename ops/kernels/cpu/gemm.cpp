@@ -1,12 +1,15 @@
-// The cpu GEMM (see gemm.hpp). BLIS serial when built with KTAPE_BLIS: on the development
-// machine's shapes it runs 10-30 % faster than Eigen's kernel, and 2x on a first conv layer's
-// thin products (bench BM_Gemm/.../<library>). Eigen's otherwise, or when switched to.
+// The cpu GEMM (see gemm.hpp). BLIS serial when built with KTAPE_BLIS and it has kernels for
+// this CPU: 10-30 % faster than Eigen's kernel on an AVX2 machine's shapes, 1.3x on an AVX-512
+// one, and 2x on a first conv layer's thin products (bench BM_Gemm/.../<library>). Eigen's
+// otherwise, or when switched to.
 #define EIGEN_DONT_PARALLELIZE
 #include "ops/kernels/cpu/gemm.hpp"
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include <tbb/task_arena.h>
@@ -16,83 +19,12 @@
 
 #include <Eigen/Core>
 #if KTAPE_BLIS
-#include <blis.h>
+#include "ops/kernels/cpu/gemm_blis.hpp"
 #endif
 
 namespace ktape::kernels {
 
 namespace {
-
-#if KTAPE_BLIS
-
-// BLIS 0.9 runs these shapes on its "sup" kernels, which by default read B in place: a
-// column-stored B (a transposed weight) then goes to the dot-product kernel, and every 6-row
-// micro-panel re-reads B from wherever it lies. Packing B once per call pays from 64 rows on
-// (BM_LstmStep 128/loop, 1 thread: 40.2 -> 36.1 ms; B is reused by >= 11 micro-panels);
-// packing A as well, or B below 64 rows, measured slower.
-// BLIS's pack buffers come from pools that grow by one block when more GEMMs run at once than
-// ever before; a step that happened to run more tiles at once than its warm-up did would then
-// allocate. So a block of each kind is reserved per slot of the calling arena, once (under the
-// lock, while no other reservation runs; BLIS's pools lock themselves).
-void reserve_pack_buffers() {
-  static std::atomic<int> reserved{0};
-  static std::mutex mu;
-  const int want = tbb::this_task_arena::max_concurrency();
-  if (want <= reserved.load(std::memory_order_acquire)) return;
-  const std::lock_guard lock(mu);
-  if (want <= reserved.load(std::memory_order_relaxed)) return;
-  bli_init();
-  rntm_t r = BLIS_RNTM_INITIALIZER;
-  bli_pba_rntm_set_pba(&r);
-  for (const packbuf_t type : {BLIS_BUFFER_FOR_A_BLOCK, BLIS_BUFFER_FOR_B_PANEL}) {
-    pool_t* pool = bli_pba_pool(static_cast<dim_t>(bli_packbuf_index(type)), bli_pba_query());
-    std::vector<mem_t> mems(static_cast<std::size_t>(want));
-    for (mem_t& m : mems) {
-      bli_mem_clear(&m);
-      bli_pba_acquire_m(&r, bli_pool_block_size(pool), type, &m);
-    }
-    for (mem_t& m : mems) bli_pba_release(&r, &m);
-  }
-  // Each sup call also checks out an array of small-block pools (its control structures), and
-  // that pool of arrays grows the same way: check out one per slot, with a few blocks each.
-  std::vector<array_t*> arrays;
-  for (int i = 0; i < want; ++i) {
-    array_t* a = bli_sba_checkout_array(1);
-    rntm_t ra = BLIS_RNTM_INITIALIZER;
-    bli_sba_rntm_set_pool(0, a, &ra);
-    void* blocks[8];
-    for (void*& b : blocks) b = bli_sba_acquire(&ra, 64);
-    for (void* b : blocks) bli_sba_release(&ra, b);
-    arrays.push_back(a);
-  }
-  for (array_t* a : arrays) bli_sba_checkin_array(a);
-  reserved.store(want, std::memory_order_release);
-}
-
-rntm_t runtime(std::int64_t m) {
-  reserve_pack_buffers();
-  rntm_t r = BLIS_RNTM_INITIALIZER;
-  if (m >= 64) bli_rntm_set_pack_b(true, &r);
-  return r;
-}
-
-void blis(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const float> a,
-          MatRef<const float> b, MatRef<float> c, bool acc) {
-  float one = 1, beta = acc ? 1 : 0;
-  rntm_t r = runtime(m);
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<float*>(a.p), a.rs,
-               a.cs, const_cast<float*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, nullptr, &r);
-}
-
-void blis(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const double> a,
-          MatRef<const double> b, MatRef<double> c, bool acc) {
-  double one = 1, beta = acc ? 1 : 0;
-  rntm_t r = runtime(m);
-  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<double*>(a.p), a.rs,
-               a.cs, const_cast<double*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, nullptr, &r);
-}
-
-#endif
 
 // Eigen's packing buffers (a panel x kc block of each operand, kc <= ~320) stay below
 // EIGEN_STACK_ALLOCATION_LIMIT when the output is cut into panels of this many rows and
@@ -152,7 +84,24 @@ void eigen(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Ma
   return eigen<T>(n, m, k, b.t(), a.t(), c.t(), acc);
 }
 
-std::atomic<GemmLibrary> g_library{KTAPE_BLIS ? GemmLibrary::blis : GemmLibrary::eigen};
+// The library set by set_gemm_library, or kDefault: BLIS when built with it and it has kernels
+// for this CPU, else Eigen.
+constexpr int kDefault = -1;
+std::atomic<int> g_library{kDefault};
+
+GemmLibrary default_library() {
+#if KTAPE_BLIS
+  static const GemmLibrary lib = blis::has_kernels() ? GemmLibrary::blis : GemmLibrary::eigen;
+  return lib;
+#else
+  return GemmLibrary::eigen;
+#endif
+}
+
+GemmLibrary current_library() {
+  const int lib = g_library.load(std::memory_order_relaxed);
+  return lib == kDefault ? default_library() : static_cast<GemmLibrary>(lib);
+}
 
 template <class T>
 void check_strides(const char* what, MatRef<T> x) {
@@ -176,8 +125,7 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
     return;
   }
 #if KTAPE_BLIS
-  if (g_library.load(std::memory_order_relaxed) == GemmLibrary::blis)
-    return blis(m, n, k, a, b, c, accumulate);
+  if (current_library() == GemmLibrary::blis) return blis::serial<T>(m, n, k, a, b, c, accumulate);
 #endif
   eigen<T>(m, n, k, a, b, c, accumulate);
 }
@@ -219,17 +167,49 @@ GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
   return t;
 }
 
+namespace {
+
+#if KTAPE_BLIS
+// BLIS's kernels run the blocked product (gemm_blis.hpp), unless the output has too few
+// micro-tiles to feed many threads and the depth can be cut instead (a conv filter gradient
+// over a long batch): that goes to the tiles below, with depth slices.
+template <class T>
+bool use_blocked(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return k > 0 && current_library() == GemmLibrary::blis &&
+         !(k >= 1024 && blis::micro_tiles<T>(m, n) < 16);
+}
+#endif
+
+}  // namespace
+
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size) {
   if (m <= 0 || n <= 0) return 0;
   const GemmTiles t = gemm_tiles(m, n, k);
-  return static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
+  std::size_t bytes = static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
+#if KTAPE_BLIS
+  // Either path may run (the library can be switched after a plan is compiled).
+  if (blis::has_kernels())
+    bytes =
+        std::max(bytes, 64 + (elem_size == sizeof(float) ? blis::blocked_scratch<float>(m, n, k)
+                                                         : blis::blocked_scratch<double>(m, n, k)));
+#endif
+  return bytes;
 }
 
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch) {
   if (m <= 0 || n <= 0) return;
+#if KTAPE_BLIS
+  if (use_blocked<T>(m, n, k)) {
+    if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
+      std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
+      std::align(64, space - 64, scratch, space);
+    }
+    return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch);
+  }
+#endif
   const GemmTiles t = gemm_tiles(m, n, k);
   const std::int64_t tiles_m = (m + t.rows - 1) / t.rows, tiles_n = (n + t.cols - 1) / t.cols;
   const std::int64_t chunks = t.chunks, depth = (k + chunks - 1) / chunks;
@@ -265,16 +245,23 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   });
 }
 
-GemmLibrary gemm_library() { return g_library.load(); }
+GemmLibrary gemm_library() { return current_library(); }
 
 bool set_gemm_library(GemmLibrary lib) {
   if (lib == GemmLibrary::blis && !KTAPE_BLIS) return false;
-  g_library.store(lib);
+  g_library.store(static_cast<int>(lib));
   return true;
 }
 
 const char* gemm_library_name(GemmLibrary lib) {
   return lib == GemmLibrary::blis ? "blis" : "eigen";
+}
+
+std::string gemm_kernel_name(GemmLibrary lib) {
+#if KTAPE_BLIS
+  if (lib == GemmLibrary::blis) return "blis " + blis::kernel_name();
+#endif
+  return gemm_library_name(lib);
 }
 
 template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,

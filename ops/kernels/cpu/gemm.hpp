@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ktape::kernels {
 
@@ -32,14 +33,18 @@ template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
           MatRef<T> c, bool accumulate);
 
-// The same product, over oneTBB tasks (see gemm_tiles). A split depth needs partial sums:
-// `scratch` holds parallel_gemm_scratch(m, n, k, sizeof(T)) bytes aligned for T (a Function's
-// arena), or is null and the call allocates them.
+// The same product, over oneTBB tasks. With BLIS's kernels: ktape's blocked product around
+// BLIS's micro-kernel (gemm_blis.hpp: operands packed once per depth block by all threads and
+// shared, the output's micro-tiles split into as many tasks as the work and the thread count
+// give; the same bits at any split). With Eigen's, and for a deep product with too few
+// micro-tiles to feed the threads: tiles and depth slices as gemm_tiles says. `scratch` holds
+// parallel_gemm_scratch(m, n, k, sizeof(T)) bytes aligned for T (a Function's arena: packed
+// panels or partial sums), or is null and the call allocates them.
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr);
 
-// The split of parallel_gemm, a function of the shape alone (never of the thread count: a
+// The tiled split of parallel_gemm, a function of the shape alone (never of the thread count: a
 // tile's sums depend on its extent in both libraries, so the same inputs give the same bits at
 // any thread count). Tiles of C are at least 64 x 64 (or the whole dimension) and ~1 MFLOP, as
 // many as it takes to reach 64 tasks, so that 16 to 64 cores have work. A deep product
@@ -55,11 +60,15 @@ GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size);
 
-// The serial kernel: BLIS when the build has it (KTAPE_BLIS), else Eigen's. Benchmarks and tests
-// switch between the two; a switch while kernels run is not supported. false = not built in.
+// The serial kernel: BLIS when the build has it (KTAPE_BLIS) and BLIS has kernels for this CPU
+// (its own choice, or skx / haswell by the CPU's instruction sets where BLIS 0.9 does not know
+// the model), else Eigen's. Benchmarks and tests switch between the two; a switch while kernels
+// run is not supported. false = not built in.
 enum class GemmLibrary { blis, eigen };
 GemmLibrary gemm_library();
 bool set_gemm_library(GemmLibrary lib);
 const char* gemm_library_name(GemmLibrary lib);
+// The library and, for BLIS, its kernel set: "blis skx", "blis skx (by ktape)", "eigen".
+std::string gemm_kernel_name(GemmLibrary lib);
 
 }  // namespace ktape::kernels

@@ -1,0 +1,410 @@
+// BLIS inside the cpu GEMM (see gemm_blis.hpp).
+#include "ops/kernels/cpu/gemm_blis.hpp"
+
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/parallel.hpp"
+
+#include <blis.h>
+
+namespace ktape::kernels::blis {
+
+namespace {
+
+// BLIS 0.9 picks its kernels by CPU model (AMD's by family) and falls back to its portable
+// reference kernels, "generic", on a CPU it does not know: AMD Zen 5 (family 0x1A) ran the MLP's
+// 128x784x256 product at 41 GFLOP/s there, 15 % of the core's FMA peak, where BLIS's own skx
+// kernels run it at 210 (78 %). So when BLIS says "generic", the context is chosen here by the
+// instruction sets its kernels need: skx with AVX-512 F/DQ/BW/VL/CD, haswell with AVX2 and FMA.
+// A CPU with neither keeps "generic", and the default library is then Eigen's (vectorized for
+// the build machine by -march=native). BLIS's own choice stands whenever it makes one.
+struct Kernels {
+  cntx_t* cntx = nullptr;  // passed to every call
+  arch_t arch = BLIS_ARCH_GENERIC;
+  bool chosen_here = false;  // BLIS said "generic"
+};
+
+cntx_t* registered(arch_t id) {
+  return bli_gks_lookup_id(id) != nullptr ? bli_gks_lookup_nat_cntx(id) : nullptr;
+}
+
+const Kernels& kernels() {
+  static const Kernels k = [] {
+    bli_init();
+    Kernels r;
+    r.arch = bli_arch_query_id();
+    r.cntx = registered(r.arch);
+    if (r.arch != BLIS_ARCH_GENERIC) return r;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512cd");
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    for (const arch_t id : {BLIS_ARCH_SKX, BLIS_ARCH_HASWELL}) {
+      if (id == BLIS_ARCH_SKX ? !avx512 : !avx2) continue;
+      if (cntx_t* c = registered(id)) return Kernels{c, id, true};
+    }
+#endif
+    return r;
+  }();
+  return k;
+}
+
+// ---- BLIS's serial product ----------------------------------------------------------------
+
+// BLIS 0.9 runs small shapes on its "sup" kernels, which by default read B in place: a
+// column-stored B (a transposed weight) then goes to the dot-product kernel, and every 6-row
+// micro-panel re-reads B from wherever it lies. Packing B once per call pays from 64 rows on
+// (BM_LstmStep 128/loop, 1 thread: 40.2 -> 36.1 ms; B is reused by >= 11 micro-panels);
+// packing A as well, or B below 64 rows, measured slower.
+// BLIS's pack buffers come from pools that grow by one block when more GEMMs run at once than
+// ever before; a step that happened to run more tiles at once than its warm-up did would then
+// allocate. So a block of each kind is reserved per slot of the calling arena, once (under the
+// lock, while no other reservation runs; BLIS's pools lock themselves).
+void reserve_pack_buffers() {
+  static std::atomic<int> reserved{0};
+  static std::mutex mu;
+  const int want = tbb::this_task_arena::max_concurrency();
+  if (want <= reserved.load(std::memory_order_acquire)) return;
+  const std::lock_guard lock(mu);
+  if (want <= reserved.load(std::memory_order_relaxed)) return;
+  cntx_t* const cntx = kernels().cntx;  // initializes BLIS
+  rntm_t r = BLIS_RNTM_INITIALIZER;
+  bli_pba_rntm_set_pba(&r);
+  // The pools were sized for BLIS's own context; a context chosen here may want larger blocks,
+  // and a pool grows its blocks at the first request that needs them.
+  siz_t want_a = 0, want_b = 0, want_c = 0;
+  bli_pba_compute_pool_block_sizes(&want_a, &want_b, &want_c, cntx);
+  for (const packbuf_t type : {BLIS_BUFFER_FOR_A_BLOCK, BLIS_BUFFER_FOR_B_PANEL}) {
+    pool_t* pool = bli_pba_pool(static_cast<dim_t>(bli_packbuf_index(type)), bli_pba_query());
+    const siz_t size =
+        std::max(bli_pool_block_size(pool), type == BLIS_BUFFER_FOR_A_BLOCK ? want_a : want_b);
+    std::vector<mem_t> mems(static_cast<std::size_t>(want));
+    for (mem_t& m : mems) {
+      bli_mem_clear(&m);
+      bli_pba_acquire_m(&r, size, type, &m);
+    }
+    for (mem_t& m : mems) bli_pba_release(&r, &m);
+  }
+  // Each sup call also checks out an array of small-block pools (its control structures), and
+  // that pool of arrays grows the same way: check out one per slot, with a few blocks each.
+  std::vector<array_t*> arrays;
+  for (int i = 0; i < want; ++i) {
+    array_t* a = bli_sba_checkout_array(1);
+    rntm_t ra = BLIS_RNTM_INITIALIZER;
+    bli_sba_rntm_set_pool(0, a, &ra);
+    void* blocks[8];
+    for (void*& b : blocks) b = bli_sba_acquire(&ra, 64);
+    for (void* b : blocks) bli_sba_release(&ra, b);
+    arrays.push_back(a);
+  }
+  for (array_t* a : arrays) bli_sba_checkin_array(a);
+  reserved.store(want, std::memory_order_release);
+}
+
+rntm_t runtime(std::int64_t m) {
+  reserve_pack_buffers();
+  rntm_t r = BLIS_RNTM_INITIALIZER;
+  if (m >= 64) bli_rntm_set_pack_b(true, &r);
+  return r;
+}
+
+void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const float> a,
+                    MatRef<const float> b, MatRef<float> c, bool acc) {
+  float one = 1, beta = acc ? 1 : 0;
+  rntm_t r = runtime(m);
+  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<float*>(a.p), a.rs,
+               a.cs, const_cast<float*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx,
+               &r);
+}
+
+void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const double> a,
+                    MatRef<const double> b, MatRef<double> c, bool acc) {
+  double one = 1, beta = acc ? 1 : 0;
+  rntm_t r = runtime(m);
+  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<double*>(a.p), a.rs,
+               a.cs, const_cast<double*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx,
+               &r);
+}
+
+// ---- The blocked product ------------------------------------------------------------------
+//
+// BLIS's loops around its micro-kernel, written for oneTBB: for each depth block (KC deep, the
+// blocks equal and fixed by k), pack A into MR-row micro-panels and B into NR-column micro-panels
+// (all threads, each panel once), then run the micro-kernel over the output's MR x NR micro-tiles
+// split into a 2-D grid of tasks. A task walks its rows in blocks of at most MC (its A block
+// stays in L2), its columns one NR panel at a time (the B micro-panel stays in L1) and, inside,
+// the MR panels of the row block.
+
+template <class T>
+using Ukr = void (*)(dim_t, dim_t, dim_t, T*, T*, T*, T*, T*, inc_t, inc_t, auxinfo_t*, cntx_t*);
+
+template <class T>
+struct Micro {
+  Ukr<T> ukr;
+  std::int64_t mr, nr, packmr, packnr, kc, mc;
+  bool prefers_rows;
+};
+
+template <class T>
+constexpr num_t dt() {
+  return sizeof(T) == 4 ? BLIS_FLOAT : BLIS_DOUBLE;
+}
+
+template <class T>
+const Micro<T>& micro() {
+  static const Micro<T> u = [] {
+    cntx_t* c = kernels().cntx;
+    constexpr num_t d = dt<T>();
+    return Micro<T>{reinterpret_cast<Ukr<T>>(bli_cntx_get_l3_nat_ukr_dt(d, BLIS_GEMM_UKR, c)),
+                    bli_cntx_get_blksz_def_dt(d, BLIS_MR, c),
+                    bli_cntx_get_blksz_def_dt(d, BLIS_NR, c),
+                    bli_cntx_get_blksz_max_dt(d, BLIS_MR, c),
+                    bli_cntx_get_blksz_max_dt(d, BLIS_NR, c),
+                    bli_cntx_get_blksz_def_dt(d, BLIS_KC, c),
+                    bli_cntx_get_blksz_def_dt(d, BLIS_MC, c),
+                    bli_cntx_l3_nat_ukr_prefers_rows_dt(d, BLIS_GEMM_UKR, c)};
+  }();
+  return u;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Panels start on 64-byte lines.
+template <class T>
+std::int64_t panel_stride(std::int64_t pack, std::int64_t kc) {
+  constexpr std::int64_t line = 64 / sizeof(T);
+  return ceil_div(pack * kc, line) * line;
+}
+
+// The depth blocks: as few as KC allows, of equal depth.
+struct DepthBlocks {
+  std::int64_t count, depth;
+};
+DepthBlocks depth_blocks(std::int64_t k, std::int64_t kc) {
+  const std::int64_t count = ceil_div(k, kc);
+  return {count, ceil_div(k, count)};
+}
+
+// The product as the micro-kernel sees it: C's unit stride along its preferred direction.
+template <class T>
+struct Problem {
+  std::int64_t m, n, k;
+  MatRef<const T> a, b;
+  MatRef<T> c;
+};
+
+template <class T>
+Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
+  if (u.prefers_rows ? p.c.cs == 1 : p.c.rs == 1) return p;
+  // C^T = B^T A^T.
+  return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
+}
+
+// Rows [i0, i0 + rows) and depth [k0, k0 + kc) of A into MR-row micro-panels: element (r, p) of
+// panel i at dst[i * ps + p * packmr + r], rows past m zero.
+template <class T>
+void pack_panels(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
+                 std::int64_t packmr, T* dst) {
+  if (rs == 1) {  // a column of the panel is contiguous
+    for (std::int64_t p = 0; p < kc; ++p) {
+      const T* s = src + p * cs;
+      T* d = dst + p * packmr;
+      std::int64_t r = 0;
+      for (; r < rows; ++r) d[r] = s[r];
+      for (; r < packmr; ++r) d[r] = T(0);
+    }
+    return;
+  }
+  // A row of the panel is contiguous (cs == 1): 16 depths at a time, so that the lines written
+  // stay in L1 while every row of the panel fills them.
+  constexpr std::int64_t kStep = 16;
+  for (std::int64_t p0 = 0; p0 < kc; p0 += kStep) {
+    const std::int64_t p1 = std::min(kc, p0 + kStep);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const T* s = src + r * rs;
+      for (std::int64_t p = p0; p < p1; ++p) dst[p * packmr + r] = s[p * cs];
+    }
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t r = rows; r < packmr; ++r) dst[p * packmr + r] = T(0);
+  }
+}
+
+// The 2-D task grid over mp x np micro-tiles for `tasks` tasks: the fewest micro-tiles in the
+// largest task, then the least data read (a task reads its rows of A and its columns of B).
+struct Grid {
+  std::int64_t gm, gn;
+};
+Grid task_grid(std::int64_t mp, std::int64_t np, std::int64_t tasks, std::int64_t mr,
+               std::int64_t nr) {
+  Grid best{1, 1};
+  std::int64_t best_span = mp * np, best_reads = mp * mr + np * nr;
+  for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm) {
+    const std::int64_t gn = std::min(np, tasks / gm);
+    const std::int64_t span = ceil_div(mp, gm) * ceil_div(np, gn);
+    const std::int64_t reads = gn * mp * mr + gm * np * nr;
+    if (span < best_span || (span == best_span && reads < best_reads)) {
+      best = {gm, gn};
+      best_span = span;
+      best_reads = reads;
+    }
+  }
+  return best;
+}
+
+// Threads the calling arena may use now.
+std::int64_t usable_threads() {
+  const auto limit =
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism);
+  return std::max<std::int64_t>(1, std::min<std::int64_t>(tbb::this_task_arena::max_concurrency(),
+                                                          static_cast<std::int64_t>(limit)));
+}
+
+// Below this a task costs more to start than it saves (about 5 us of one core's work).
+constexpr double kMinTaskFlops = 1 << 20;
+
+template <class T>
+void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, T* pa, T* pb) {
+  const std::int64_t mp = ceil_div(p.m, u.mr), np = ceil_div(p.n, u.nr);
+  const DepthBlocks blocks = depth_blocks(p.k, u.kc);
+  const double block_flops = 2.0 * double(p.m) * double(p.n) * double(blocks.depth);
+  const std::int64_t tasks =
+      std::clamp<std::int64_t>(static_cast<std::int64_t>(block_flops / kMinTaskFlops), 1,
+                               std::min(usable_threads(), mp * np));
+  const Grid grid = task_grid(mp, np, tasks, u.mr, u.nr);
+  const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
+  const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
+
+  for (std::int64_t blk = 0; blk < blocks.count; ++blk) {
+    const std::int64_t k0 = blk * blocks.depth, kc = std::min(blocks.depth, p.k - k0);
+    const std::int64_t ps_a = panel_stride<T>(u.packmr, kc), ps_b = panel_stride<T>(u.packnr, kc);
+    // Pack: A's panels, then B's (B^T packs as A does: its columns are the panel's rows).
+    auto pack = [&](std::int64_t i) {
+      if (i < mp) {
+        const std::int64_t r0 = i * u.mr;
+        pack_panels(p.a.p + r0 * p.a.rs + k0 * p.a.cs, p.a.rs, p.a.cs, std::min(u.mr, p.m - r0), kc,
+                    u.packmr, pa + i * ps_a);
+      } else {
+        const std::int64_t j = i - mp, c0 = j * u.nr;
+        pack_panels(p.b.p + k0 * p.b.rs + c0 * p.b.cs, p.b.cs, p.b.rs, std::min(u.nr, p.n - c0), kc,
+                    u.packnr, pb + j * ps_b);
+      }
+    };
+    const double per_panel = double(std::max(u.packmr, u.packnr) * kc);
+    parallel_for(
+        mp + np, per_panel,
+        [&](std::int64_t i0, std::int64_t i1) {
+          for (std::int64_t i = i0; i < i1; ++i) pack(i);
+        },
+        1);
+    // Compute.
+    T one(1), beta(acc || blk > 0 ? 1 : 0);
+    cntx_t* const cntx = kernels().cntx;
+    auto task = [&](std::int64_t t) {
+      const std::int64_t ti = t / grid.gn, tj = t % grid.gn;
+      const std::int64_t ip0 = ti * rows_per, ip1 = std::min(mp, ip0 + rows_per);
+      const std::int64_t jp0 = tj * cols_per, jp1 = std::min(np, jp0 + cols_per);
+      auxinfo_t aux{};
+      bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
+      bli_auxinfo_set_schema_b(BLIS_PACKED_COL_PANELS, &aux);
+      bli_auxinfo_set_is_a(1, &aux);
+      bli_auxinfo_set_is_b(1, &aux);
+      bli_auxinfo_set_ps_a(ps_a, &aux);
+      bli_auxinfo_set_ps_b(ps_b, &aux);
+      bli_auxinfo_set_ukr(reinterpret_cast<void_fp>(u.ukr), &aux);
+      bli_auxinfo_set_params(nullptr, &aux);
+      for (std::int64_t ib0 = ip0; ib0 < ip1; ib0 += mc_panels) {
+        const std::int64_t ib1 = std::min(ip1, ib0 + mc_panels);
+        for (std::int64_t j = jp0; j < jp1; ++j) {
+          const std::int64_t c0 = j * u.nr, nc = std::min(u.nr, p.n - c0);
+          T* b_panel = pb + j * ps_b;
+          for (std::int64_t i = ib0; i < ib1; ++i) {
+            const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
+            const bool last = i + 1 == ib1;
+            bli_auxinfo_set_next_a(pa + (last ? ib0 : i + 1) * ps_a, &aux);
+            bli_auxinfo_set_next_b(last && j + 1 < jp1 ? b_panel + ps_b : b_panel, &aux);
+            u.ukr(mrr, nc, kc, &one, pa + i * ps_a, b_panel, &beta,
+                  p.c.p + r0 * p.c.rs + c0 * p.c.cs, p.c.rs, p.c.cs, &aux, cntx);
+          }
+        }
+      }
+    };
+    parallel_slots(grid.gm * grid.gn, task);
+  }
+}
+
+}  // namespace
+
+bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
+
+std::string kernel_name() {
+  const Kernels& k = kernels();
+  return std::string(bli_arch_string(k.arch)) + (k.chosen_here ? " (by ktape)" : "");
+}
+
+template <class T>
+void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
+            MatRef<T> c, bool accumulate) {
+  serial_product(m, n, k, a, b, c, accumulate);
+}
+
+template <class T>
+std::int64_t micro_tiles(std::int64_t m, std::int64_t n) {
+  const Micro<T>& u = micro<T>();
+  // A row-major C is transposed for a kernel that writes columns.
+  if (!u.prefers_rows) std::swap(m, n);
+  return ceil_div(m, u.mr) * ceil_div(n, u.nr);
+}
+
+template <class T>
+std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const Micro<T>& u = micro<T>();
+  const std::int64_t kc = depth_blocks(k, u.kc).depth;
+  // Either orientation: the larger of the two.
+  auto elems = [&](std::int64_t rows, std::int64_t cols) {
+    return ceil_div(rows, u.mr) * panel_stride<T>(u.packmr, kc) +
+           ceil_div(cols, u.nr) * panel_stride<T>(u.packnr, kc);
+  };
+  return static_cast<std::size_t>(std::max(elems(m, n), elems(n, m))) * sizeof(T);
+}
+
+template <class T>
+void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
+             MatRef<T> c, bool accumulate, void* scratch) {
+  const Micro<T>& u = micro<T>();
+  const Problem<T> p = oriented(u, Problem<T>{m, n, k, a, b, c});
+  std::unique_ptr<std::byte[]> own;
+  if (scratch == nullptr) {
+    std::size_t bytes = blocked_scratch<T>(m, n, k) + 64;
+    own.reset(new std::byte[bytes]);
+    scratch = own.get();
+    std::align(64, bytes - 64, scratch, bytes);
+  }
+  T* pa = static_cast<T*>(scratch);
+  const std::int64_t kc = depth_blocks(k, u.kc).depth;
+  T* pb = pa + ceil_div(p.m, u.mr) * panel_stride<T>(u.packmr, kc);
+  run_blocked(u, p, accumulate, pa, pb);
+}
+
+#define KTAPE_INSTANTIATE(T)                                                          \
+  template void serial<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>,  \
+                          MatRef<const T>, MatRef<T>, bool);                          \
+  template std::int64_t micro_tiles<T>(std::int64_t, std::int64_t);                   \
+  template std::size_t blocked_scratch<T>(std::int64_t, std::int64_t, std::int64_t);  \
+  template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>, \
+                           MatRef<const T>, MatRef<T>, bool, void*);
+KTAPE_INSTANTIATE(float)
+KTAPE_INSTANTIATE(double)
+#undef KTAPE_INSTANTIATE
+
+}  // namespace ktape::kernels::blis

@@ -1,0 +1,41 @@
+// BLIS inside the cpu GEMM, in builds with KTAPE_BLIS: the kernel set chosen for this CPU, BLIS's
+// own serial product, and ktape's blocked product around BLIS's micro-kernel. Internal to
+// gemm.cpp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ops/kernels/cpu/gemm.hpp"
+
+namespace ktape::kernels::blis {
+
+// Whether BLIS has kernels for this CPU (not its reference "generic" set), and their name
+// ("skx", "haswell (by ktape)").
+bool has_kernels();
+std::string kernel_name();
+
+// BLIS's serial product, on the calling thread (conv tiles).
+template <class T>
+void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
+            MatRef<T> c, bool accumulate);
+
+// C = A B (or C += A B) with ktape's loops around BLIS's micro-kernel. For each block of the
+// depth both operands are packed once, by all threads, into `scratch`; the output's micro-tiles
+// are then split into as many tasks as the work and the thread count give, each task reading the
+// shared packs. Every micro-tile is computed alike whichever task runs it (the same packed
+// panels, the same depth blocks, fixed by the shape), so the bits do not depend on the split or
+// the thread count. `scratch` holds blocked_scratch(m, n, k) bytes, 64-byte aligned, or is null
+// and the call allocates it.
+template <class T>
+std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k);
+template <class T>
+void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
+             MatRef<T> c, bool accumulate, void* scratch);
+
+// Micro-tiles of a row-major m x n output.
+template <class T>
+std::int64_t micro_tiles(std::int64_t m, std::int64_t n);
+
+}  // namespace ktape::kernels::blis
