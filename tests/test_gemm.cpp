@@ -136,6 +136,27 @@ TEST(Gemm, ParallelTilesMatchTheOracleAtTheirEdges) {
     }
 }
 
+TEST(Gemm, ParallelProductsInEveryLayoutAndDepthBlocks) {
+  // The parallel product in every storage order, over several depth blocks (BLIS's KC is 256 or
+  // 384) with edge micro-tiles both ways; thin outputs that the blocked product turns to keep
+  // their long side along the micro-kernel's rows; and packs that do not all fit the budget
+  // (several parallel regions, one or two depth blocks each).
+  for (GemmLibrary lib : libraries()) {
+    for (int layout = 0; layout < 8; ++layout)
+      for (bool acc : {false, true}) {
+        const bool acm = layout & 1, bcm = layout & 2, ccm = layout & 4;
+        check_product<float>(lib, 67, 45, 530, acm, bcm, ccm, acc, true);
+        check_product<double>(lib, 67, 45, 530, acm, bcm, ccm, acc, true);
+        check_product<float>(lib, 128, 10, 128, acm, bcm, ccm, acc, true);
+        check_product<double>(lib, 10, 128, 200, acm, bcm, ccm, acc, true);
+      }
+    ktape::kernels::set_gemm_pack_budget(100 << 10);  // one depth block per region
+    check_product<float>(lib, 67, 45, 1900, false, true, false, true, true);
+    check_product<double>(lib, 67, 45, 1900, true, false, false, false, true);
+    ktape::kernels::set_gemm_pack_budget(2 << 20);
+  }
+}
+
 TEST(Gemm, SplitDepthMatchesTheOracle) {
   // Deep products whose depth parallel_gemm cuts into slices (gemm_tiles().chunks > 1), with a
   // last slice shorter than the others, tiles that end inside C, and every order of C (the

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ktape/ktape.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 #include "test_util.hpp"
 
 namespace K = ktape::backend;
@@ -435,8 +436,15 @@ TEST(RnnMemory, AnEvaluationStoresNoGradientResiduals) {
   EXPECT_GT(train_floats, needed + residuals) << "train " << train_floats;
   // The reverse pass reads h.U (T 4H = 1,280 floats per sample) only as the shape reference of
   // its gradient's SumToLike, so the forward loop stores it for no step (OpDef::shape_only of the
-  // reverse Scan): measured 6,432 floats per sample while it was stored, 5,216 since.
-  EXPECT_LT(train_floats, static_cast<double>(6432 - T * 4 * H / 2)) << "train " << train_floats;
+  // reverse Scan): measured 6,432 floats per sample while it was stored, 5,216 since. With BLIS's
+  // kernels the hoisted weight gradients (over a depth of T x batch) pack their operands into
+  // arena scratch, which grows with the batch: for dU, 4H and H rows padded to whole panels
+  // (64 + 24 floats per depth), T 88 = 1,760 floats per sample (measured 7,296 in all).
+  const double packs = ktape::kernels::gemm_library() == ktape::kernels::GemmLibrary::blis
+                           ? static_cast<double>(T * 88)
+                           : 0.0;
+  EXPECT_LT(train_floats, static_cast<double>(6432 - T * 4 * H / 2) + packs)
+      << "train " << train_floats;
 }
 
 TEST(RnnMemory, AGradientBuiltEagerlyMatchesTheLazyOne) {

@@ -201,6 +201,9 @@ template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch) {
   if (m <= 0 || n <= 0) return;
+  check_strides("a", a);
+  check_strides("b", b);
+  check_strides("c", c);
 #if KTAPE_BLIS
   if (use_blocked<T>(m, n, k)) {
     if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
@@ -246,6 +249,14 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 }
 
 GemmLibrary gemm_library() { return current_library(); }
+
+void set_gemm_pack_budget(std::int64_t bytes) {
+#if KTAPE_BLIS
+  blis::set_pack_bytes(bytes);
+#else
+  (void)bytes;
+#endif
+}
 
 bool set_gemm_library(GemmLibrary lib) {
   if (lib == GemmLibrary::blis && !KTAPE_BLIS) return false;

@@ -60,6 +60,11 @@ GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size);
 
+// The most bytes of packed operands the blocked product keeps at once, so that one parallel region
+// runs several depth blocks (default 2 MiB). Scratch sizes follow it: change it only before any
+// Function is compiled (tests do, to reach several regions with small products).
+void set_gemm_pack_budget(std::int64_t bytes);
+
 // The serial kernel: BLIS when the build has it (KTAPE_BLIS) and BLIS has kernels for this CPU
 // (its own choice, or skx / haswell by the CPU's instruction sets where BLIS 0.9 does not know
 // the model), else Eigen's. Benchmarks and tests switch between the two; a switch while kernels

@@ -7,13 +7,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "engine/parallel.hpp"
 
 #include <blis.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#include <type_traits>
 
 namespace ktape::kernels::blis {
 
@@ -203,39 +209,127 @@ struct Problem {
   MatRef<T> c;
 };
 
+// The micro-kernel's work for an m x n output: its micro-tiles' full area (an edge tile costs a
+// whole one), 3 % more when C's unit stride is not along the kernel's preferred direction (it
+// then writes through a temporary tile: a copy of MR x NR values per tile).
 template <class T>
-Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
-  if (u.prefers_rows ? p.c.cs == 1 : p.c.rs == 1) return p;
-  // C^T = B^T A^T.
-  return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
+double ukr_work(const Micro<T>& u, std::int64_t m, std::int64_t n, bool preferred) {
+  return double(ceil_div(m, u.mr) * u.mr) * double(ceil_div(n, u.nr) * u.nr) *
+         (preferred ? 1.0 : 1.03);
 }
 
-// Rows [i0, i0 + rows) and depth [k0, k0 + kc) of A into MR-row micro-panels: element (r, p) of
-// panel i at dst[i * ps + p * packmr + r], rows past m zero.
+// C as it is, or C^T = B^T A^T: whichever costs the kernel less. A thin output (128 x 10) keeps
+// its long side along MR (32 rows for skx): transposed, its 10 rows would fill a third of each
+// tile. The choice depends on the shape and the strides alone.
 template <class T>
-void pack_panels(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
-                 std::int64_t packmr, T* dst) {
+Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
+  const bool preferred = u.prefers_rows ? p.c.cs == 1 : p.c.rs == 1;
+  const bool transposed_preferred = u.prefers_rows ? p.c.rs == 1 : p.c.cs == 1;
+  if (ukr_work(u, p.n, p.m, transposed_preferred) < ukr_work(u, p.m, p.n, preferred))
+    return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
+  return p;
+}
+
+// Transposes of small blocks: d[j * ld + i] = s[i * ls + j] for an R x C block of s.
+#if defined(__AVX__)
+inline void transpose_block(const float* s, std::int64_t ls, float* d, std::int64_t ld,
+                            std::integral_constant<int, 8>) {  // 8 x 8
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ls);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(d + i * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(d + (i + 4) * ld, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+inline void transpose_block(const double* s, std::int64_t ls, double* d, std::int64_t ld,
+                            std::integral_constant<int, 4>) {  // 4 x 4
+  __m256d r[4], t[4];
+  for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(s + i * ls);
+  t[0] = _mm256_unpacklo_pd(r[0], r[1]);
+  t[1] = _mm256_unpackhi_pd(r[0], r[1]);
+  t[2] = _mm256_unpacklo_pd(r[2], r[3]);
+  t[3] = _mm256_unpackhi_pd(r[2], r[3]);
+  _mm256_storeu_pd(d, _mm256_permute2f128_pd(t[0], t[2], 0x20));
+  _mm256_storeu_pd(d + ld, _mm256_permute2f128_pd(t[1], t[3], 0x20));
+  _mm256_storeu_pd(d + 2 * ld, _mm256_permute2f128_pd(t[0], t[2], 0x31));
+  _mm256_storeu_pd(d + 3 * ld, _mm256_permute2f128_pd(t[1], t[3], 0x31));
+}
+inline void transpose_block(const float* s, std::int64_t ls, float* d, std::int64_t ld,
+                            std::integral_constant<int, 4>) {  // 4 x 4
+  __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ls), r2 = _mm_loadu_ps(s + 2 * ls),
+         r3 = _mm_loadu_ps(s + 3 * ls);
+  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+  _mm_storeu_ps(d, r0);
+  _mm_storeu_ps(d + ld, r1);
+  _mm_storeu_ps(d + 2 * ld, r2);
+  _mm_storeu_ps(d + 3 * ld, r3);
+}
+
+inline void transpose_block(const double* s, std::int64_t ls, double* d, std::int64_t ld,
+                            std::integral_constant<int, 2>) {  // 2 x 2
+  const __m128d r0 = _mm_loadu_pd(s), r1 = _mm_loadu_pd(s + ls);
+  _mm_storeu_pd(d, _mm_unpacklo_pd(r0, r1));
+  _mm_storeu_pd(d + ld, _mm_unpackhi_pd(r0, r1));
+}
+
+// The block sides, largest first.
+template <class T>
+constexpr int kTransposeSide = sizeof(T) == 4 ? 8 : 4;
+#else
+template <class T>
+constexpr int kTransposeSide = 0;
+#endif
+
+// Rows [r0, r0 + B * n) of a panel through B x B transposes (see pack_panel); returns the rows
+// left.
+template <int B, class T>
+std::int64_t transpose_rows(const T* src, std::int64_t rs, std::int64_t r0, std::int64_t rows,
+                            std::int64_t kc, std::int64_t packmr, T* dst) {
+  if constexpr (B > 0) {
+    for (; r0 + B <= rows; r0 += B) {
+      std::int64_t p = 0;
+      for (; p + B <= kc; p += B)
+        transpose_block(src + r0 * rs + p, rs, dst + p * packmr + r0, packmr,
+                        std::integral_constant<int, B>{});
+      for (; p < kc; ++p)
+        for (std::int64_t r = r0; r < r0 + B; ++r) dst[p * packmr + r] = src[r * rs + p];
+    }
+  }
+  return r0;
+}
+
+// Rows [0, rows) and depths [0, kc) of a panel's source (element (r, p) at src[r * rs + p * cs])
+// into BLIS's packed micro-panel: element (r, p) at dst[p * packmr + r], rows past `rows` zero.
+template <class T>
+void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
+                std::int64_t packmr, T* dst) {
   if (rs == 1) {  // a column of the panel is contiguous
     for (std::int64_t p = 0; p < kc; ++p) {
       const T* s = src + p * cs;
       T* d = dst + p * packmr;
-      std::int64_t r = 0;
-      for (; r < rows; ++r) d[r] = s[r];
-      for (; r < packmr; ++r) d[r] = T(0);
+      for (std::int64_t r = 0; r < rows; ++r) d[r] = s[r];
+      for (std::int64_t r = rows; r < packmr; ++r) d[r] = T(0);
     }
     return;
   }
-  // A row of the panel is contiguous (cs == 1): 16 depths at a time, so that the lines written
-  // stay in L1 while every row of the panel fills them.
-  constexpr std::int64_t kStep = 16;
-  for (std::int64_t p0 = 0; p0 < kc; p0 += kStep) {
-    const std::int64_t p1 = std::min(kc, p0 + kStep);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const T* s = src + r * rs;
-      for (std::int64_t p = p0; p < p1; ++p) dst[p * packmr + r] = s[p * cs];
-    }
-    for (std::int64_t p = p0; p < p1; ++p)
-      for (std::int64_t r = rows; r < packmr; ++r) dst[p * packmr + r] = T(0);
+  // A row of the panel is contiguous (cs == 1): square blocks transposed in registers.
+  constexpr int B = kTransposeSide<T>;
+  std::int64_t r0 = transpose_rows<B>(src, rs, 0, rows, kc, packmr, dst);
+  r0 = transpose_rows<B / 2>(src, rs, r0, rows, kc, packmr, dst);
+  for (std::int64_t p = 0; p < kc; ++p) {
+    for (std::int64_t r = r0; r < rows; ++r) dst[p * packmr + r] = src[r * rs + p * cs];
+    for (std::int64_t r = rows; r < packmr; ++r) dst[p * packmr + r] = T(0);
   }
 }
 
@@ -271,69 +365,141 @@ std::int64_t usable_threads() {
 
 // Below this a task costs more to start than it saves (about 5 us of one core's work).
 constexpr double kMinTaskFlops = 1 << 20;
+// The packs of several depth blocks are kept at once, up to this size (about an L2), so that one
+// parallel region runs them all: a region per block would join the threads after each, which
+// costs most where a block is little work (128x784x256: 3 blocks of 17 MFLOP, 1 MFLOP a thread
+// on 16 cores). A product whose blocks are bigger has work enough to amortize its joins.
+std::atomic<std::int64_t> g_pack_bytes{2 << 20};
+
+// Where the packs of a product go: `group` depth blocks at a time, each block's A panels then
+// its B panels, then a state byte per panel (0 free, 1 being packed, 2 packed).
+template <class T>
+struct Layout {
+  std::int64_t mp, np;  // micro-panels of A and of B
+  DepthBlocks blocks;
+  std::int64_t ps_a, ps_b, per_block, group;  // elements
+  std::size_t bytes() const {
+    return static_cast<std::size_t>(group * per_block) * sizeof(T) +
+           static_cast<std::size_t>(group * (mp + np));
+  }
+};
 
 template <class T>
-void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, T* pa, T* pb) {
-  const std::int64_t mp = ceil_div(p.m, u.mr), np = ceil_div(p.n, u.nr);
-  const DepthBlocks blocks = depth_blocks(p.k, u.kc);
-  const double block_flops = 2.0 * double(p.m) * double(p.n) * double(blocks.depth);
-  const std::int64_t tasks =
-      std::clamp<std::int64_t>(static_cast<std::int64_t>(block_flops / kMinTaskFlops), 1,
-                               std::min(usable_threads(), mp * np));
+Layout<T> layout(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k) {
+  Layout<T> l;
+  l.mp = ceil_div(m, u.mr);
+  l.np = ceil_div(n, u.nr);
+  l.blocks = depth_blocks(k, u.kc);
+  l.ps_a = panel_stride<T>(u.packmr, l.blocks.depth);
+  l.ps_b = panel_stride<T>(u.packnr, l.blocks.depth);
+  l.per_block = l.mp * l.ps_a + l.np * l.ps_b;
+  l.group =
+      std::clamp<std::int64_t>(g_pack_bytes.load(std::memory_order_relaxed) /
+                                   std::max<std::int64_t>(1, l.per_block * std::int64_t(sizeof(T))),
+                               1, l.blocks.count);
+  return l;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+// Packs a panel unless it is packed: the first task to claim it packs it, a task that finds it
+// being packed waits (its packer is running: it claimed the panel and packs it at once, so the
+// wait is short and never on a task that has not started).
+template <class F>
+void ensure_packed(std::uint8_t& state_byte, F&& pack) {
+  std::atomic_ref<std::uint8_t> state(state_byte);
+  std::uint8_t v = state.load(std::memory_order_acquire);
+  if (v == 2) return;
+  if (v == 0 && state.compare_exchange_strong(v, 1, std::memory_order_acq_rel)) {
+    pack();
+    state.store(2, std::memory_order_release);
+    return;
+  }
+  for (int spins = 0; state.load(std::memory_order_acquire) != 2; ++spins) {
+    if (spins < 256)
+      cpu_relax();
+    else
+      std::this_thread::yield();
+  }
+}
+
+template <class T>
+void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch) {
+  const Layout<T> l = layout(u, p.m, p.n, p.k);
+  const std::int64_t mp = l.mp, np = l.np, depth = l.blocks.depth;
+  T* const packs = reinterpret_cast<T*>(scratch);
+  std::uint8_t* const states = reinterpret_cast<std::uint8_t*>(packs + l.group * l.per_block);
+  const double block_flops = 2.0 * double(p.m) * double(p.n) * double(depth);
+  const std::int64_t tasks = std::clamp<std::int64_t>(
+      static_cast<std::int64_t>(block_flops * double(l.group) / kMinTaskFlops), 1,
+      std::min(usable_threads(), mp * np));
   const Grid grid = task_grid(mp, np, tasks, u.mr, u.nr);
   const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
+  cntx_t* const cntx = kernels().cntx;
+  T one(1);
 
-  for (std::int64_t blk = 0; blk < blocks.count; ++blk) {
-    const std::int64_t k0 = blk * blocks.depth, kc = std::min(blocks.depth, p.k - k0);
-    const std::int64_t ps_a = panel_stride<T>(u.packmr, kc), ps_b = panel_stride<T>(u.packnr, kc);
-    // Pack: A's panels, then B's (B^T packs as A does: its columns are the panel's rows).
-    auto pack = [&](std::int64_t i) {
-      if (i < mp) {
-        const std::int64_t r0 = i * u.mr;
-        pack_panels(p.a.p + r0 * p.a.rs + k0 * p.a.cs, p.a.rs, p.a.cs, std::min(u.mr, p.m - r0), kc,
-                    u.packmr, pa + i * ps_a);
-      } else {
-        const std::int64_t j = i - mp, c0 = j * u.nr;
-        pack_panels(p.b.p + k0 * p.b.rs + c0 * p.b.cs, p.b.cs, p.b.rs, std::min(u.nr, p.n - c0), kc,
-                    u.packnr, pb + j * ps_b);
-      }
-    };
-    const double per_panel = double(std::max(u.packmr, u.packnr) * kc);
-    parallel_for(
-        mp + np, per_panel,
-        [&](std::int64_t i0, std::int64_t i1) {
-          for (std::int64_t i = i0; i < i1; ++i) pack(i);
-        },
-        1);
-    // Compute.
-    T one(1), beta(acc || blk > 0 ? 1 : 0);
-    cntx_t* const cntx = kernels().cntx;
+  for (std::int64_t g0 = 0; g0 < l.blocks.count; g0 += l.group) {
+    const std::int64_t g1 = std::min(l.blocks.count, g0 + l.group);
+    std::fill(states, states + (g1 - g0) * (mp + np), std::uint8_t{0});
     auto task = [&](std::int64_t t) {
       const std::int64_t ti = t / grid.gn, tj = t % grid.gn;
       const std::int64_t ip0 = ti * rows_per, ip1 = std::min(mp, ip0 + rows_per);
       const std::int64_t jp0 = tj * cols_per, jp1 = std::min(np, jp0 + cols_per);
+      if (ip0 >= ip1 || jp0 >= jp1) return;
       auxinfo_t aux{};
       bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
       bli_auxinfo_set_schema_b(BLIS_PACKED_COL_PANELS, &aux);
       bli_auxinfo_set_is_a(1, &aux);
       bli_auxinfo_set_is_b(1, &aux);
-      bli_auxinfo_set_ps_a(ps_a, &aux);
-      bli_auxinfo_set_ps_b(ps_b, &aux);
+      bli_auxinfo_set_ps_a(l.ps_a, &aux);
+      bli_auxinfo_set_ps_b(l.ps_b, &aux);
       bli_auxinfo_set_ukr(reinterpret_cast<void_fp>(u.ukr), &aux);
-      bli_auxinfo_set_params(nullptr, &aux);
-      for (std::int64_t ib0 = ip0; ib0 < ip1; ib0 += mc_panels) {
-        const std::int64_t ib1 = std::min(ip1, ib0 + mc_panels);
-        for (std::int64_t j = jp0; j < jp1; ++j) {
-          const std::int64_t c0 = j * u.nr, nc = std::min(u.nr, p.n - c0);
-          T* b_panel = pb + j * ps_b;
-          for (std::int64_t i = ib0; i < ib1; ++i) {
-            const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
-            const bool last = i + 1 == ib1;
-            bli_auxinfo_set_next_a(pa + (last ? ib0 : i + 1) * ps_a, &aux);
-            bli_auxinfo_set_next_b(last && j + 1 < jp1 ? b_panel + ps_b : b_panel, &aux);
-            u.ukr(mrr, nc, kc, &one, pa + i * ps_a, b_panel, &beta,
-                  p.c.p + r0 * p.c.rs + c0 * p.c.cs, p.c.rs, p.c.cs, &aux, cntx);
+      for (std::int64_t blk = g0; blk < g1; ++blk) {
+        const std::int64_t k0 = blk * depth, kc = std::min(depth, p.k - k0);
+        T* const pa = packs + (blk - g0) * l.per_block;
+        T* const pb = pa + mp * l.ps_a;
+        std::uint8_t* const sa = states + (blk - g0) * (mp + np);
+        std::uint8_t* const sb = sa + mp;
+        auto pack_a = [&](std::int64_t i) {
+          ensure_packed(sa[i], [&] {
+            const std::int64_t r0 = i * u.mr;
+            pack_panel(p.a.p + r0 * p.a.rs + k0 * p.a.cs, p.a.rs, p.a.cs, std::min(u.mr, p.m - r0),
+                       kc, u.packmr, pa + i * l.ps_a);
+          });
+        };
+        auto pack_b = [&](std::int64_t j) {
+          ensure_packed(sb[j], [&] {
+            const std::int64_t c0 = j * u.nr;
+            pack_panel(p.b.p + k0 * p.b.rs + c0 * p.b.cs, p.b.cs, p.b.rs, std::min(u.nr, p.n - c0),
+                       kc, u.packnr, pb + j * l.ps_b);
+          });
+        };
+        T beta(acc || blk > 0 ? 1 : 0);
+        // Tasks that share panels start on different ones: a task's place in the other
+        // direction of the grid turns its walk.
+        const std::int64_t cols = jp1 - jp0;
+        const std::int64_t turn_b = ti * cols / grid.gm;
+        for (std::int64_t ib0 = ip0; ib0 < ip1; ib0 += mc_panels) {
+          const std::int64_t ib1 = std::min(ip1, ib0 + mc_panels), rows = ib1 - ib0;
+          const std::int64_t turn_a = tj * rows / grid.gn;
+          for (std::int64_t ii = 0; ii < rows; ++ii) pack_a(ib0 + (ii + turn_a) % rows);
+          for (std::int64_t jj = 0; jj < cols; ++jj) {
+            const std::int64_t j = jp0 + (jj + turn_b) % cols;
+            pack_b(j);
+            const std::int64_t c0 = j * u.nr, nc = std::min(u.nr, p.n - c0);
+            T* const b_panel = pb + j * l.ps_b;
+            for (std::int64_t i = ib0; i < ib1; ++i) {
+              const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
+              bli_auxinfo_set_next_a(pa + (i + 1 < ib1 ? i + 1 : ib0) * l.ps_a, &aux);
+              bli_auxinfo_set_next_b(b_panel, &aux);
+              u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta,
+                    p.c.p + r0 * p.c.rs + c0 * p.c.cs, p.c.rs, p.c.cs, &aux, cntx);
+            }
           }
         }
       }
@@ -345,6 +511,10 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, T* pa, T* pb)
 }  // namespace
 
 bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
+
+void set_pack_bytes(std::int64_t bytes) {
+  g_pack_bytes.store(std::max<std::int64_t>(bytes, 1), std::memory_order_relaxed);
+}
 
 std::string kernel_name() {
   const Kernels& k = kernels();
@@ -360,22 +530,19 @@ void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, M
 template <class T>
 std::int64_t micro_tiles(std::int64_t m, std::int64_t n) {
   const Micro<T>& u = micro<T>();
-  // A row-major C is transposed for a kernel that writes columns.
-  if (!u.prefers_rows) std::swap(m, n);
-  return ceil_div(m, u.mr) * ceil_div(n, u.nr);
+  const Problem<T> p = oriented(
+      u,
+      Problem<T>{
+          m, n, 1, {nullptr, 1, 1}, {nullptr, 1, 1}, {nullptr, std::max<std::int64_t>(n, 2), 1}});
+  return ceil_div(p.m, u.mr) * ceil_div(p.n, u.nr);
 }
 
 template <class T>
 std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const Micro<T>& u = micro<T>();
-  const std::int64_t kc = depth_blocks(k, u.kc).depth;
-  // Either orientation: the larger of the two.
-  auto elems = [&](std::int64_t rows, std::int64_t cols) {
-    return ceil_div(rows, u.mr) * panel_stride<T>(u.packmr, kc) +
-           ceil_div(cols, u.nr) * panel_stride<T>(u.packnr, kc);
-  };
-  return static_cast<std::size_t>(std::max(elems(m, n), elems(n, m))) * sizeof(T);
+  // Either orientation (C's strides decide it): the larger.
+  return std::max(layout(u, m, n, k).bytes(), layout(u, n, m, k).bytes());
 }
 
 template <class T>
@@ -390,10 +557,7 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
     scratch = own.get();
     std::align(64, bytes - 64, scratch, bytes);
   }
-  T* pa = static_cast<T*>(scratch);
-  const std::int64_t kc = depth_blocks(k, u.kc).depth;
-  T* pb = pa + ceil_div(p.m, u.mr) * panel_stride<T>(u.packmr, kc);
-  run_blocked(u, p, accumulate, pa, pb);
+  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch));
 }
 
 #define KTAPE_INSTANTIATE(T)                                                          \

@@ -34,6 +34,10 @@ template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
              MatRef<T> c, bool accumulate, void* scratch);
 
+// The most bytes of packs the blocked product keeps at once (default 2 MiB; see
+// set_gemm_pack_budget).
+void set_pack_bytes(std::int64_t bytes);
+
 // Micro-tiles of a row-major m x n output.
 template <class T>
 std::int64_t micro_tiles(std::int64_t m, std::int64_t n);
