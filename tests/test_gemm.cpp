@@ -10,11 +10,13 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "engine/errors.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
 
 namespace {
@@ -299,6 +301,35 @@ TEST(Gemm, TheDefaultKernelIsNeverBlisReferenceCode) {
   }
 #endif
   EXPECT_EQ(ktape::kernels::gemm_kernel_name(GemmLibrary::eigen), "eigen");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Gemm, KtapeGemmEnvironmentPicksTheLibrary) {
+  const GemmLibrary saved = ktape::kernels::gemm_library();
+  ::setenv("KTAPE_GEMM", "eigen", 1);
+  ktape::kernels::apply_gemm_environment();
+  EXPECT_EQ(ktape::kernels::gemm_library(), GemmLibrary::eigen);
+  ::setenv("KTAPE_GEMM", "mkl", 1);
+  try {
+    ktape::kernels::apply_gemm_environment();
+    ADD_FAILURE() << "KTAPE_GEMM=mkl was accepted";
+  } catch (const ktape::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("KTAPE_GEMM must be 'blis' or 'eigen'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("'mkl'"), std::string::npos) << e.what();
+  }
+  ::setenv("KTAPE_GEMM", "blis", 1);
+  if (libraries().size() == 2) {
+    ktape::kernels::apply_gemm_environment();
+    EXPECT_EQ(ktape::kernels::gemm_library(), GemmLibrary::blis);
+  } else {
+    EXPECT_THROW(ktape::kernels::apply_gemm_environment(), ktape::ValueError);
+  }
+  ::unsetenv("KTAPE_GEMM");
+  ktape::kernels::set_gemm_library(saved);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -249,6 +250,18 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 }
 
 GemmLibrary gemm_library() { return current_library(); }
+
+void apply_gemm_environment() {
+  const char* env = std::getenv("KTAPE_GEMM");
+  if (env == nullptr || *env == '\0') return;
+  const std::string v(env);
+  if (v != "blis" && v != "eigen")
+    throw ValueError("KTAPE_GEMM must be 'blis' or 'eigen' (or empty for the default), got '" + v +
+                     "'");
+  if (!set_gemm_library(v == "blis" ? GemmLibrary::blis : GemmLibrary::eigen))
+    throw ValueError(
+        "KTAPE_GEMM=blis, but this build of ktape has no BLIS (configured with -DKTAPE_BLIS=OFF)");
+}
 
 void set_gemm_pack_budget(std::int64_t bytes) {
 #if KTAPE_BLIS

@@ -73,6 +73,10 @@ enum class GemmLibrary { blis, eigen };
 GemmLibrary gemm_library();
 bool set_gemm_library(GemmLibrary lib);
 const char* gemm_library_name(GemmLibrary lib);
+// Applies KTAPE_GEMM ('blis' or 'eigen'; empty or unset: the default) as set_gemm_library would;
+// another value, or 'blis' in a build without it, is a ValueError naming it. The cpu backend
+// calls this when it is first used.
+void apply_gemm_environment();
 // The library and, for BLIS, its kernel set: "blis skx", "blis skx (by ktape)", "eigen".
 std::string gemm_kernel_name(GemmLibrary lib);
 

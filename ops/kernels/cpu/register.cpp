@@ -1,11 +1,13 @@
 // The cpu backend: reference kernels first (so the table is complete), then the cpu overrides.
 #include "engine/backend.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/kernels/reference/reference.hpp"
 
 namespace ktape {
 
 void register_cpu_kernels(Backend& b) {
+  kernels::apply_gemm_environment();  // KTAPE_GEMM, before any kernel runs
   kernels::register_reference_all(b);
   b.fuse_elementwise = true;
   kernels::register_cpu_matmul(b);
