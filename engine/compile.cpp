@@ -156,8 +156,14 @@ class Compiler {
     if (def.prepare) {
       const std::vector<const Node*>* readers = nullptr;
       if (!read_whole_.count(&n)) readers = &readers_[&n];
-      Prepared pr = def.prepare(
-          {n, in_shapes, in_ctx, r_.backend.name, r_.fuse, r_.fold, readers, &data_read_});
+      unsigned invariant = 0;
+      if (r_.loop_statics >= 0)
+        for (std::size_t i = 0; i < n.inputs.size() && i < 32; ++i) {
+          const Value& iv = val(index_of(n.inputs[i]));
+          if (iv.kind == Kind::kFed && iv.fed >= r_.loop_statics) invariant |= 1u << i;
+        }
+      Prepared pr = def.prepare({n, in_shapes, in_ctx, r_.backend.name, r_.fuse, r_.fold, readers,
+                                 &data_read_, invariant, &p_.loop_run});
       v.shape = std::move(pr.shape);
       v.ctx = std::move(pr.ctx);
       v.kernel = pr.kernel;

@@ -119,6 +119,7 @@ struct FunctionImpl {
   const Backend* backend = nullptr;
   bool fuse = true;
   bool fold = true;
+  int loop_statics = -1;  // FunctionOptions::loop_statics
   mutable std::mutex mu;  // guards plans, their busy flags and last
   mutable std::vector<std::unique_ptr<Plan>> plans;
   mutable Plan* last = nullptr;
@@ -221,6 +222,7 @@ Function::Function(std::vector<Tensor> inputs, std::vector<Tensor> outputs,
   impl->updates = std::move(updates);
   impl->fuse = options.fuse;
   impl->fold = options.fold;
+  impl->loop_statics = options.loop_statics;
   impl->backend = options.backend.empty() ? &active_backend() : &backend_by_name(options.backend);
   impl_ = std::move(impl);
 }
@@ -390,10 +392,12 @@ VariableAccess::~VariableAccess() {
 }
 
 std::unique_ptr<Plan> FunctionImpl::compile(const std::vector<Shape>& fed) const {
-  return compile_plan({inputs, outputs, updates, assigns, *backend, fuse, fold, fed});
+  return compile_plan({inputs, outputs, updates, assigns, *backend, fuse, fold, fed, loop_statics});
 }
 
 void FunctionImpl::execute(Plan& p, const std::vector<NDArray>& fed) const {
+  ++p.loop_run;  // a call of its own: nothing kept of the statics carries over (loops advance it
+                 // once per run instead, through function_execute_raw's caller)
   for (std::size_t i = 0; i < fed.size(); ++i) {
     void* ptr_i = const_cast<void*>(fed[i].raw_data());
     if (fed[i].dtype() != inputs[i].dtype()) {  // the learning phase fed as a number

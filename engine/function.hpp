@@ -32,6 +32,10 @@ struct FunctionOptions {
   /// Loop bodies (ops/loops): inputs may be any node, fed instead of computed (a stored
   /// intermediate); the plan does not compute what only feeds them.
   bool feed_intermediates = false;
+  /// Loop bodies: the inputs from this index on are the loop's statics, fed the same arrays on
+  /// every step of one run of the loop (-1: none). Kernels may keep what they derive from them
+  /// for the rest of that run (PrepareArgs::invariant_inputs).
+  int loop_statics = -1;
 };
 
 /// The value of a sparse tensor in COO form, as TF's SparseTensorValue: entry k is values[k]

@@ -77,6 +77,11 @@ struct PrepareArgs {
   // Whether the plan reads a node's data, not only its dims (OpDef::shape_only): true for an
   // output or an update. Null: assume it does.
   const std::function<bool(const Node&)>* data_read = nullptr;
+  // Inputs (bit i: input i, below 32) that are a loop body's statics: the same arrays, unchanged,
+  // on every step of one run of the loop. What a kernel derives from them (a packed weight) can
+  // be kept while *loop_run is unchanged; loop_run is the plan's run counter (Plan::loop_run).
+  unsigned invariant_inputs = 0;
+  const std::uint64_t* loop_run = nullptr;
 };
 struct Prepared {
   Shape shape;                    // the concrete output shape

@@ -91,6 +91,9 @@ struct Plan {
   // A plan runs one call at a time: concurrent calls of one Function take other plans of the
   // same signature (FunctionImpl's pool). Guarded by the FunctionImpl's mutex.
   bool busy = false;
+  // A loop body's plan: advanced by the loop once per run of the loop (before its first step),
+  // so that kernels can tell when what they keep of the loop's statics is stale.
+  std::uint64_t loop_run = 0;
 };
 
 // The buffer of value v.
@@ -116,6 +119,7 @@ struct CompileRequest {
   const Backend& backend;
   bool fuse = true, fold = true;
   const std::vector<Shape>& fed;  // the input-shape signature
+  int loop_statics = -1;          // FunctionOptions::loop_statics
 };
 // The plan as a Graphviz DOT digraph (engine/dot.cpp; Function::plan_dot).
 std::string plan_dot(const Plan& p);

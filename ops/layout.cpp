@@ -71,6 +71,17 @@ Prepared matmul_prepare(const PrepareArgs& p) {
   const std::int64_t k =
       at.ta ? a.num_elements() / std::max<std::int64_t>(a[a.ndim() - 1], 1) : a[a.ndim() - 1];
   r.scratch_bytes = kernels::parallel_gemm_scratch(m, n, k, dtype_size(p.node.dtype));
+  // A loop body's weight (a static of the loop) is packed on the loop's first step and the packs
+  // kept for the rest of the run (kernels::GemmKeep).
+  if ((p.invariant_inputs & 3u) != 0 && p.loop_run != nullptr) {
+    auto keep = std::make_shared<kernels::MatMulKeep>();
+    keep->loop_run = p.loop_run;
+    for (int which = 0; which < 2; ++which)
+      if (p.invariant_inputs & (1u << which))
+        (which == 0 ? keep->a : keep->b) = kernels::make_gemm_pack_cache(
+            kernels::gemm_pack_cache_bytes(m, n, k, dtype_size(p.node.dtype), which));
+    if (keep->a.data || keep->b.data) r.ctx = std::move(keep);
+  }
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <string>
 
@@ -466,3 +467,57 @@ TEST(RnnMemory, AGradientBuiltEagerlyMatchesTheLazyOne) {
   ASSERT_EQ(got.shape(), lazy.shape());
   for (std::int64_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got.item(i), lazy.item(i), 1e-6) << i;
 }
+
+namespace {
+
+bool same_bits(const NDArray& a, const NDArray& b) {
+  return a.dtype() == b.dtype() && a.shape() == b.shape() &&
+         std::memcmp(a.raw_data(), b.raw_data(),
+                     static_cast<std::size_t>(a.size()) * ktape::dtype_size(a.dtype())) == 0;
+}
+
+// A loop body packs a weight it reads as a static once per run of the loop and keeps the packs
+// for the run's other steps (ops/kernels/cpu/gemm.hpp, GemmKeep). A new run must pack again:
+// the variable set between two calls, and a static computed from a fed scale, which sits at the
+// same arena address in every call. Each call is compared bit for bit with a Function compiled
+// afresh for those values, and the changed runs with the first one (they must differ).
+TEST(RnnKeptPacks, AStaticChangedBetweenCallsIsPackedAgain) {
+  for (const std::string dt : {"float32", "float64"}) {
+    const std::int64_t T = 6, F = 5, H = 40;  // 4H = 160: several micro-tiles both ways
+    auto x = K::placeholder({K::None, T, F}, {.dtype = dt});
+    auto s = K::placeholder({}, {.dtype = dt});
+    auto W = K::random_uniform_variable({F, 4 * H}, -0.3, 0.3, {.dtype = dt, .seed = 11});
+    auto U = K::random_uniform_variable({H, 4 * H}, -0.3, 0.3, {.dtype = dt, .seed = 12});
+    auto b = K::zeros({4 * H}, {.dtype = dt});
+    auto h0 = K::zeros_like(K::dot(K::sum(x, 1), K::zeros({F, H}, {.dtype = dt})));
+    auto build = [&] {
+      auto r = K::rnn(lstm({W, U * s, b}, H), x, {h0, h0});
+      auto loss = K::sum(K::square(r.last_output));
+      return K::function({x, s}, {r.last_output, K::gradients(loss, {U})[0]});
+    };
+    auto f = build();
+    NDArray xb = NDArray::full(Shape{9, T, F}, 0.2, ktape::dtype_from_name(dt));
+    for (std::int64_t i = 0; i < xb.size(); ++i) xb.set_item(i, 0.05 * static_cast<double>(i % 13));
+    auto scale = [&](double v) { return NDArray::full(Shape{}, v, ktape::dtype_from_name(dt)); };
+    const auto first = f({xb, scale(1.0)});
+    const NDArray U0 = K::get_value(U);
+    // 1. The fed scale changes: the static U * s is recomputed into the same arena buffer.
+    const auto scaled = f({xb, scale(0.5)});
+    const auto scaled_fresh = build()({xb, scale(0.5)});
+    // 2. The variable changes between calls.
+    NDArray U1 = U0.clone();
+    for (std::int64_t i = 0; i < U1.size(); ++i) U1.set_item(i, -U0.item(i));
+    K::set_value(U, U1);
+    const auto flipped = f({xb, scale(1.0)});
+    const auto flipped_fresh = build()({xb, scale(1.0)});
+    for (std::size_t o = 0; o < 2; ++o) {
+      EXPECT_TRUE(same_bits(scaled[o], scaled_fresh[o])) << dt << " output " << o;
+      EXPECT_TRUE(same_bits(flipped[o], flipped_fresh[o])) << dt << " output " << o;
+      EXPECT_FALSE(same_bits(scaled[o], first[o])) << dt << " output " << o;
+      EXPECT_FALSE(same_bits(flipped[o], first[o])) << dt << " output " << o;
+    }
+    K::set_value(U, U0);
+  }
+}
+
+}  // namespace

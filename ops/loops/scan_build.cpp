@@ -170,10 +170,14 @@ const Function& ScanBody::function_for(const std::string& backend, bool fuse, bo
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& v : variants_)
     if (v->backend == backend && v->fuse == fuse && v->fold == fold) return v->fn;
-  variants_.push_back(std::make_unique<Variant>(Variant{
-      backend, fuse, fold,
-      Function(params, results, {},
-               {.backend = backend, .fuse = fuse, .fold = fold, .feed_intermediates = true})}));
+  variants_.push_back(
+      std::make_unique<Variant>(Variant{backend, fuse, fold,
+                                        Function(params, results, {},
+                                                 {.backend = backend,
+                                                  .fuse = fuse,
+                                                  .fold = fold,
+                                                  .feed_intermediates = true,
+                                                  .loop_statics = n_seq + n_carry})}));
   return variants_.back()->fn;
 }
 

@@ -163,6 +163,7 @@ Shape scan_layout_shape(const ScanLayout& l, int part) {
 void run_scan(const KernelCall& c) {
   auto& l = *const_cast<ScanLayout*>(static_cast<const ScanLayout*>(c.ctx));
   const ScanBody& b = *l.body;
+  ++l.plan->loop_run;  // what the body's kernels kept of the statics is stale
   const std::size_t es = dtype_size(b.dtype);
   char* base = static_cast<char*>(c.out.data);
   auto part = [&](int k) {

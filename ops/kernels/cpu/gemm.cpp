@@ -200,7 +200,8 @@ std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k
 
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
-                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch) {
+                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch,
+                   const GemmKeep* keep) {
   if (m <= 0 || n <= 0) return;
   check_strides("a", a);
   check_strides("b", b);
@@ -211,7 +212,7 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
       std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
       std::align(64, space - 64, scratch, space);
     }
-    return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch);
+    return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, keep);
   }
 #endif
   const GemmTiles t = gemm_tiles(m, n, k);
@@ -250,6 +251,28 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 }
 
 GemmLibrary gemm_library() { return current_library(); }
+
+std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
+                                  std::size_t elem_size, int which) {
+#if KTAPE_BLIS
+  if (m > 0 && n > 0 && k > 0 && blis::has_kernels())
+    return elem_size == sizeof(float) ? blis::kept_bytes<float>(m, n, k, which)
+                                      : blis::kept_bytes<double>(m, n, k, which);
+#endif
+  (void)m, (void)n, (void)k, (void)elem_size, (void)which;
+  return 0;
+}
+
+GemmPackCache make_gemm_pack_cache(std::size_t bytes) {
+  GemmPackCache c;
+  if (bytes == 0) return c;
+  c.storage = std::shared_ptr<std::byte[]>(new std::byte[bytes + 64]);
+  void* p = c.storage.get();
+  std::size_t space = bytes + 64;
+  c.data = std::align(64, bytes, p, space);
+  c.bytes = bytes;
+  return c;
+}
 
 void apply_gemm_environment() {
   const char* env = std::getenv("KTAPE_GEMM");
@@ -293,8 +316,10 @@ template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                            MatRef<const double>, MatRef<double>, bool);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
-                                   MatRef<const float>, MatRef<float>, bool, void*);
+                                   MatRef<const float>, MatRef<float>, bool, void*,
+                                   const GemmKeep*);
 template void parallel_gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
-                                    MatRef<const double>, MatRef<double>, bool, void*);
+                                    MatRef<const double>, MatRef<double>, bool, void*,
+                                    const GemmKeep*);
 
 }  // namespace ktape::kernels

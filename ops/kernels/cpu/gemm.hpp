@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace ktape::kernels {
@@ -40,9 +41,38 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
 // micro-tiles to feed the threads: tiles and depth slices as gemm_tiles says. `scratch` holds
 // parallel_gemm_scratch(m, n, k, sizeof(T)) bytes aligned for T (a Function's arena: packed
 // panels or partial sums), or is null and the call allocates them.
+// The packed panels of an operand that stays unchanged for a while (a loop's weight over one
+// run of the loop): the blocked product packs it once into `data` and reuses it while the
+// operand's data pointer and `run` are those it was packed for. Owned by a step's context,
+// sized at compile by gemm_pack_cache_bytes (too small: not used).
+struct GemmPackCache {
+  std::shared_ptr<std::byte[]> storage;
+  void* data = nullptr;  // 64-byte aligned, in storage
+  std::size_t bytes = 0;
+  const void* source = nullptr;
+  std::uint64_t run = ~std::uint64_t{0};
+};
+// Bytes of packs for operand `which` (0: a, 1: b) of an m x n x k product into a row-major C.
+std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
+                                  std::size_t elem_size, int which);
+GemmPackCache make_gemm_pack_cache(std::size_t bytes);
+// The caches parallel_gemm may use for a and for b (null: none), and the current run.
+struct GemmKeep {
+  GemmPackCache* a = nullptr;
+  GemmPackCache* b = nullptr;
+  std::uint64_t run = 0;
+};
+
+// The context of a MatMul step in a loop body with a static operand (ops/layout.cpp).
+struct MatMulKeep {
+  GemmPackCache a, b;
+  const std::uint64_t* loop_run = nullptr;
+};
+
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
-                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr);
+                   MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr,
+                   const GemmKeep* keep = nullptr);
 
 // The tiled split of parallel_gemm, a function of the shape alone (never of the thread count: a
 // tile's sums depend on its extent in both libraries, so the same inputs give the same bits at

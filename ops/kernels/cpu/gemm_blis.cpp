@@ -222,10 +222,15 @@ double ukr_work(const Micro<T>& u, std::int64_t m, std::int64_t n, bool preferre
 // its long side along MR (32 rows for skx): transposed, its 10 rows would fill a third of each
 // tile. The choice depends on the shape and the strides alone.
 template <class T>
+bool turns(const Micro<T>& u, std::int64_t m, std::int64_t n, MatRef<const T> c) {
+  const bool preferred = u.prefers_rows ? c.cs == 1 : c.rs == 1;
+  const bool transposed_preferred = u.prefers_rows ? c.rs == 1 : c.cs == 1;
+  return ukr_work(u, n, m, transposed_preferred) < ukr_work(u, m, n, preferred);
+}
+
+template <class T>
 Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
-  const bool preferred = u.prefers_rows ? p.c.cs == 1 : p.c.rs == 1;
-  const bool transposed_preferred = u.prefers_rows ? p.c.rs == 1 : p.c.cs == 1;
-  if (ukr_work(u, p.n, p.m, transposed_preferred) < ukr_work(u, p.m, p.n, preferred))
+  if (turns(u, p.m, p.n, MatRef<const T>{p.c.p, p.c.rs, p.c.cs}))
     return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
   return p;
 }
@@ -427,8 +432,17 @@ void ensure_packed(std::uint8_t& state_byte, F&& pack) {
   }
 }
 
+// Packs of A or B kept across calls (GemmPackCache): every depth block's panels, block blk's
+// at data + blk * (its panel count) * (its panel stride); ready: packed for this operand.
 template <class T>
-void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch) {
+struct Kept {
+  T* data = nullptr;
+  bool ready = false;
+};
+
+template <class T>
+void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch, Kept<T> ka,
+                 Kept<T> kb) {
   const Layout<T> l = layout(u, p.m, p.n, p.k);
   const std::int64_t mp = l.mp, np = l.np, depth = l.blocks.depth;
   T* const packs = reinterpret_cast<T*>(scratch);
@@ -461,11 +475,13 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
       bli_auxinfo_set_ukr(reinterpret_cast<void_fp>(u.ukr), &aux);
       for (std::int64_t blk = g0; blk < g1; ++blk) {
         const std::int64_t k0 = blk * depth, kc = std::min(depth, p.k - k0);
-        T* const pa = packs + (blk - g0) * l.per_block;
-        T* const pb = pa + mp * l.ps_a;
+        T* const own = packs + (blk - g0) * l.per_block;
+        T* const pa = ka.data ? ka.data + blk * mp * l.ps_a : own;
+        T* const pb = kb.data ? kb.data + blk * np * l.ps_b : own + mp * l.ps_a;
         std::uint8_t* const sa = states + (blk - g0) * (mp + np);
         std::uint8_t* const sb = sa + mp;
         auto pack_a = [&](std::int64_t i) {
+          if (ka.ready) return;
           ensure_packed(sa[i], [&] {
             const std::int64_t r0 = i * u.mr;
             pack_panel(p.a.p + r0 * p.a.rs + k0 * p.a.cs, p.a.rs, p.a.cs, std::min(u.mr, p.m - r0),
@@ -473,6 +489,7 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
           });
         };
         auto pack_b = [&](std::int64_t j) {
+          if (kb.ready) return;
           ensure_packed(sb[j], [&] {
             const std::int64_t c0 = j * u.nr;
             pack_panel(p.b.p + k0 * p.b.rs + c0 * p.b.cs, p.b.cs, p.b.rs, std::min(u.nr, p.n - c0),
@@ -547,8 +564,9 @@ std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-             MatRef<T> c, bool accumulate, void* scratch) {
+             MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep) {
   const Micro<T>& u = micro<T>();
+  const bool turned = turns(u, m, n, MatRef<const T>{c.p, c.rs, c.cs});
   const Problem<T> p = oriented(u, Problem<T>{m, n, k, a, b, c});
   std::unique_ptr<std::byte[]> own;
   if (scratch == nullptr) {
@@ -557,7 +575,43 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
     scratch = own.get();
     std::align(64, bytes - 64, scratch, bytes);
   }
-  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch));
+  // Kept packs of the oriented A and B: usable when big enough; ready when packed from the same
+  // operand in the same run.
+  const Layout<T> l = layout(u, p.m, p.n, p.k);
+  auto kept = [&](GemmPackCache* cache, const T* source, std::int64_t elems) {
+    Kept<T> r;
+    if (!keep || !cache || !cache->data ||
+        cache->bytes < static_cast<std::size_t>(elems) * sizeof(T))
+      return r;
+    r.data = static_cast<T*>(cache->data);
+    r.ready = cache->source == source && cache->run == keep->run;
+    return r;
+  };
+  GemmPackCache* const cache_a = keep ? (turned ? keep->b : keep->a) : nullptr;
+  GemmPackCache* const cache_b = keep ? (turned ? keep->a : keep->b) : nullptr;
+  const Kept<T> ka = kept(cache_a, p.a.p, l.blocks.count * l.mp * l.ps_a);
+  const Kept<T> kb = kept(cache_b, p.b.p, l.blocks.count * l.np * l.ps_b);
+  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch), ka, kb);
+  if (ka.data) {
+    cache_a->source = p.a.p;
+    cache_a->run = keep->run;
+  }
+  if (kb.data) {
+    cache_b->source = p.b.p;
+    cache_b->run = keep->run;
+  }
+}
+
+template <class T>
+std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  const Micro<T>& u = micro<T>();
+  const MatRef<const T> c{nullptr, std::max<std::int64_t>(n, 2), 1};
+  const bool turned = turns(u, m, n, c);
+  const Layout<T> l = turned ? layout(u, n, m, k) : layout(u, m, n, k);
+  const bool as_a = (which == 0) != turned;  // the operand is the oriented A
+  return static_cast<std::size_t>(l.blocks.count * (as_a ? l.mp * l.ps_a : l.np * l.ps_b)) *
+         sizeof(T);
 }
 
 #define KTAPE_INSTANTIATE(T)                                                          \
@@ -566,7 +620,8 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
   template std::int64_t micro_tiles<T>(std::int64_t, std::int64_t);                   \
   template std::size_t blocked_scratch<T>(std::int64_t, std::int64_t, std::int64_t);  \
   template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>, \
-                           MatRef<const T>, MatRef<T>, bool, void*);
+                           MatRef<const T>, MatRef<T>, bool, void*, const GemmKeep*); \
+  template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);
 KTAPE_INSTANTIATE(float)
 KTAPE_INSTANTIATE(double)
 #undef KTAPE_INSTANTIATE

@@ -25,7 +25,14 @@ void matmul_kernel(const KernelCall& c) {
   MatRef<const T> B = row_major<const T>(ptr<T>(b), b_cols);
   if (matmul_attrs.ta) A = A.t();
   if (matmul_attrs.tb) B = B.t();
-  parallel_gemm<T>(m, n, k, A, B, row_major(ptr<T>(c.out), n), false, c.scratch);
+  GemmKeep keep;
+  if (c.ctx) {
+    auto* mk =
+        static_cast<MatMulKeep*>(const_cast<void*>(c.ctx));  // the plan's; one call at a time
+    keep = {mk->a.data ? &mk->a : nullptr, mk->b.data ? &mk->b : nullptr, *mk->loop_run};
+  }
+  parallel_gemm<T>(m, n, k, A, B, row_major(ptr<T>(c.out), n), false, c.scratch,
+                   c.ctx ? &keep : nullptr);
 }
 
 template <class T>
