@@ -176,7 +176,7 @@ namespace {
 // over a long batch): that goes to the tiles below, with depth slices.
 template <class T>
 bool use_blocked(std::int64_t m, std::int64_t n, std::int64_t k) {
-  return k > 0 && current_library() == GemmLibrary::blis &&
+  return k > 0 && current_library() == GemmLibrary::blis && blis::blocked_available<T>() &&
          !(k >= 1024 && blis::micro_tiles<T>(m, n) < 16);
 }
 #endif

@@ -151,6 +151,11 @@ void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const
 // stays in L2), its columns one NR panel at a time (the B micro-panel stays in L1) and, inside,
 // the MR panels of the row block.
 
+// The largest temporary tile (MR x NR) the blocked product writes through: skx's 32 x 12 for
+// float, 16 x 14 for double, haswell's 6 x 16 / 6 x 8. A kernel set with larger tiles runs
+// BLIS's own product instead (blocked_available).
+constexpr std::int64_t kMaxTile = 512;
+
 template <class T>
 using Ukr = void (*)(dim_t, dim_t, dim_t, T*, T*, T*, T*, T*, inc_t, inc_t, auxinfo_t*, cntx_t*);
 
@@ -209,28 +214,37 @@ struct Problem {
   MatRef<T> c;
 };
 
-// The micro-kernel's work for an m x n output: its micro-tiles' full area (an edge tile costs a
-// whole one), 3 % more when C's unit stride is not along the kernel's preferred direction (it
-// then writes through a temporary tile: a copy of MR x NR values per tile).
+// Whether the kernel writes C in place: C's unit stride along its preferred direction. Otherwise,
+// and for edge tiles, it fills a temporary tile that is then added into C (tile_into).
 template <class T>
-double ukr_work(const Micro<T>& u, std::int64_t m, std::int64_t n, bool preferred) {
-  return double(ceil_div(m, u.mr) * u.mr) * double(ceil_div(n, u.nr) * u.nr) *
-         (preferred ? 1.0 : 1.03);
+bool writes_in_place(const Micro<T>& u, std::int64_t rs, std::int64_t cs) {
+  return u.prefers_rows ? cs == 1 : rs == 1;
 }
 
-// C as it is, or C^T = B^T A^T: whichever costs the kernel less. A thin output (128 x 10) keeps
-// its long side along MR (32 rows for skx): transposed, its 10 rows would fill a third of each
+// The micro-kernel's work for an m x n x k product, in multiply-adds: every micro-tile's full
+// area (an edge tile costs a whole one) times the depth, and for each tile that goes through a
+// temporary, its copy, counted as 16 steps of depth (measured: at a depth of 128, a 32x12 tile
+// written through BLIS's own temporary cost as much as its arithmetic).
+template <class T>
+double ukr_work(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k, bool in_place) {
+  const double tiles = double(ceil_div(m, u.mr) * ceil_div(n, u.nr));
+  const double copied = in_place ? tiles - double((m / u.mr) * (n / u.nr)) : tiles;
+  return double(u.mr * u.nr) * (tiles * double(k) + copied * 16.0);
+}
+
+// C as it is, or C^T = B^T A^T: whichever costs the kernel less. A row-major C is turned for a
+// kernel that writes columns, unless the turn wastes tiles: a thin output (128 x 10) keeps its
+// long side along MR (32 rows for skx), where turned its 10 rows would fill a third of each
 // tile. The choice depends on the shape and the strides alone.
 template <class T>
-bool turns(const Micro<T>& u, std::int64_t m, std::int64_t n, MatRef<const T> c) {
-  const bool preferred = u.prefers_rows ? c.cs == 1 : c.rs == 1;
-  const bool transposed_preferred = u.prefers_rows ? c.rs == 1 : c.cs == 1;
-  return ukr_work(u, n, m, transposed_preferred) < ukr_work(u, m, n, preferred);
+bool turns(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> c) {
+  return ukr_work(u, n, m, k, writes_in_place(u, c.cs, c.rs)) <
+         ukr_work(u, m, n, k, writes_in_place(u, c.rs, c.cs));
 }
 
 template <class T>
 Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
-  if (turns(u, p.m, p.n, MatRef<const T>{p.c.p, p.c.rs, p.c.cs}))
+  if (turns(u, p.m, p.n, p.k, MatRef<const T>{p.c.p, p.c.rs, p.c.cs}))
     return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
   return p;
 }
@@ -440,6 +454,26 @@ struct Kept {
   bool ready = false;
 };
 
+// C (m x n at (rs, cs)) = or += the temporary tile t (at (trs, tcs)). C's inner loop runs along
+// C's unit stride.
+template <class T>
+void tile_into(const T* t, std::int64_t trs, std::int64_t tcs, std::int64_t m, std::int64_t n,
+               bool add, T* c, std::int64_t rs, std::int64_t cs) {
+  if (cs == 1 || rs != 1) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        T& dst = c[i * rs + j * cs];
+        dst = add ? dst + t[i * trs + j * tcs] : t[i * trs + j * tcs];
+      }
+    return;
+  }
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t i = 0; i < m; ++i) {
+      T& dst = c[i + j * cs];
+      dst = add ? dst + t[i * trs + j * tcs] : t[i * trs + j * tcs];
+    }
+}
+
 template <class T>
 void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch, Kept<T> ka,
                  Kept<T> kb) {
@@ -455,7 +489,10 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
   cntx_t* const cntx = kernels().cntx;
-  T one(1);
+  T one(1), zero(0);
+  const bool in_place = writes_in_place(u, p.c.rs, p.c.cs);
+  // The temporary tile, laid out as the kernel prefers.
+  const std::int64_t tile_rs = u.prefers_rows ? u.nr : 1, tile_cs = u.prefers_rows ? 1 : u.mr;
 
   for (std::int64_t g0 = 0; g0 < l.blocks.count; g0 += l.group) {
     const std::int64_t g1 = std::min(l.blocks.count, g0 + l.group);
@@ -465,6 +502,7 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
       const std::int64_t ip0 = ti * rows_per, ip1 = std::min(mp, ip0 + rows_per);
       const std::int64_t jp0 = tj * cols_per, jp1 = std::min(np, jp0 + cols_per);
       if (ip0 >= ip1 || jp0 >= jp1) return;
+      alignas(64) T tile[kMaxTile];
       auxinfo_t aux{};
       bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
       bli_auxinfo_set_schema_b(BLIS_PACKED_COL_PANELS, &aux);
@@ -514,8 +552,15 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
               const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
               bli_auxinfo_set_next_a(pa + (i + 1 < ib1 ? i + 1 : ib0) * l.ps_a, &aux);
               bli_auxinfo_set_next_b(b_panel, &aux);
-              u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta,
-                    p.c.p + r0 * p.c.rs + c0 * p.c.cs, p.c.rs, p.c.cs, &aux, cntx);
+              T* const c_tile = p.c.p + r0 * p.c.rs + c0 * p.c.cs;
+              if (in_place && mrr == u.mr && nc == u.nr) {
+                u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta, c_tile, p.c.rs, p.c.cs,
+                      &aux, cntx);
+              } else {
+                u.ukr(u.mr, u.nr, kc, &one, pa + i * l.ps_a, b_panel, &zero, tile, tile_rs, tile_cs,
+                      &aux, cntx);
+                tile_into(tile, tile_rs, tile_cs, mrr, nc, beta != T(0), c_tile, p.c.rs, p.c.cs);
+              }
             }
           }
         }
@@ -528,6 +573,12 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
 }  // namespace
 
 bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
+
+template <class T>
+bool blocked_available() {
+  const Micro<T>& u = micro<T>();
+  return u.ukr != nullptr && u.mr * u.nr <= kMaxTile && u.mr > 0 && u.nr > 0;
+}
 
 void set_pack_bytes(std::int64_t bytes) {
   g_pack_bytes.store(std::max<std::int64_t>(bytes, 1), std::memory_order_relaxed);
@@ -566,7 +617,7 @@ template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
              MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep) {
   const Micro<T>& u = micro<T>();
-  const bool turned = turns(u, m, n, MatRef<const T>{c.p, c.rs, c.cs});
+  const bool turned = turns(u, m, n, k, MatRef<const T>{c.p, c.rs, c.cs});
   const Problem<T> p = oriented(u, Problem<T>{m, n, k, a, b, c});
   std::unique_ptr<std::byte[]> own;
   if (scratch == nullptr) {
@@ -607,7 +658,7 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const Micro<T>& u = micro<T>();
   const MatRef<const T> c{nullptr, std::max<std::int64_t>(n, 2), 1};
-  const bool turned = turns(u, m, n, c);
+  const bool turned = turns(u, m, n, k, c);
   const Layout<T> l = turned ? layout(u, n, m, k) : layout(u, m, n, k);
   const bool as_a = (which == 0) != turned;  // the operand is the oriented A
   return static_cast<std::size_t>(l.blocks.count * (as_a ? l.mp * l.ps_a : l.np * l.ps_b)) *
@@ -621,7 +672,8 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
   template std::size_t blocked_scratch<T>(std::int64_t, std::int64_t, std::int64_t);  \
   template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>, \
                            MatRef<const T>, MatRef<T>, bool, void*, const GemmKeep*); \
-  template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);
+  template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);  \
+  template bool blocked_available<T>();
 KTAPE_INSTANTIATE(float)
 KTAPE_INSTANTIATE(double)
 #undef KTAPE_INSTANTIATE

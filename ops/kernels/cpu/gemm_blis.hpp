@@ -42,6 +42,10 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
 // set_gemm_pack_budget).
 void set_pack_bytes(std::int64_t bytes);
 
+// Whether the blocked product serves this type (BLIS's micro-tile fits its temporary tile).
+template <class T>
+bool blocked_available();
+
 // Micro-tiles of a row-major m x n output.
 template <class T>
 std::int64_t micro_tiles(std::int64_t m, std::int64_t n);
