@@ -1,6 +1,7 @@
-// ArenaAllocator: plans byte offsets in one buffer (a Function plan's arena). First fit over a
-// sorted free list, blocks rounded up to 64 bytes (so every block stays 64-byte aligned), freed
-// neighbours merged. Internal to Function's compile.
+// Planning byte offsets in one buffer (a Function plan's arena), every block rounded up to 64
+// bytes so that each stays 64-byte aligned. ArenaAllocator: first fit over a sorted free list,
+// freed neighbours merged. place_blocks: the offsets of blocks whose lifetimes are all known.
+// Internal to Function's compile.
 #pragma once
 
 #include <cstddef>
@@ -22,5 +23,20 @@ class ArenaAllocator {
   std::vector<std::pair<std::size_t, std::size_t>> free_;  // (offset, bytes), sorted
   std::size_t top_ = 0;
 };
+
+// A buffer live from step `first` through step `last` (inclusive): two blocks may share bytes
+// only when their step ranges do not meet.
+struct ArenaBlock {
+  std::size_t bytes = 0;
+  int first = 0, last = 0;
+  std::size_t offset = 0;  // set by place_blocks
+};
+
+// Sets every block's offset and returns the bytes the arena needs: the smaller of two plans,
+// first fit in step order (blocks starting at a step, in the order given, taken before those
+// ending there are freed) and largest first (each block at the lowest offset clear of the
+// larger blocks live at the same time: a long-lived projection no longer pins the middle of
+// the arena). ResourceExhaustedError beyond PTRDIFF_MAX bytes.
+std::size_t place_blocks(std::vector<ArenaBlock>& blocks);
 
 }  // namespace ktape

@@ -4,6 +4,7 @@
 // compile time comes from its record (OpDef: shape rule, alias facts, the prepare hook).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
@@ -379,6 +380,19 @@ class Compiler {
     for (const auto& [id, l] : locks) p_.var_locks.push_back(l);
   }
 
+  // The inputs a step's kernel reads only for their dims (OpDef::shape_only: the stored
+  // projection x W a reverse loop is given to shape its gradient): they do not keep a buffer
+  // alive, and the kernel gets whatever pointer the buffer's place holds. Only for a step that
+  // runs its node's op on the node's inputs, in order (not a fused pass or a snapshot copy).
+  unsigned shape_only_inputs(const Step& st) {
+    if (st.fused || !st.node || st.out < 0 || val(st.out).node != st.node) return 0;
+    const OpDef& def = op_def(st.node->op);
+    if (!def.shape_only || st.in_values.size() != st.node->inputs.size()) return 0;
+    for (std::size_t k = 0; k < st.in_values.size(); ++k)
+      if (st.in_values[k] != index_of(st.node->inputs[k])) return 0;
+    return def.shape_only(*st.node);
+  }
+
   // 4. Liveness and arena offsets: a buffer lives from its step to its last reader; outputs and
   // committed values are pinned; a step's scratch lives during that step only.
   void plan_arena() {
@@ -387,8 +401,10 @@ class Compiler {
     std::vector<int> writers(p_.values.size(), 0), last_write(p_.values.size(), -1);
     for (std::size_t si = 0; si < p_.steps.size(); ++si) {
       const Step& st = p_.steps[si];
-      for (int in : st.in_values) {
-        Value& r = val(root_of(in));
+      const unsigned dims_only = shape_only_inputs(st);
+      for (std::size_t k = 0; k < st.in_values.size(); ++k) {
+        if (k < 32 && (dims_only >> k & 1u)) continue;  // its buffer may be reused meanwhile
+        Value& r = val(root_of(st.in_values[k]));
         r.last_use = std::max(r.last_use, static_cast<int>(si));
       }
       auto wrote = [&](int o) {
@@ -407,49 +423,38 @@ class Compiler {
       val(root_of(vi)).pinned = true;
     }
     for (const auto& c : p_.commits) val(root_of(c.value)).pinned = true;
-    ArenaAllocator arena;
     std::vector<int> outs;
-    std::unordered_set<int> freed;
-    // Buffers no step writes (read only for their dims, OpDef::shape_only) take no arena space.
-    std::vector<char> produced(p_.values.size(), 0);
-    for (const Step& step : p_.steps) {
-      produced[static_cast<std::size_t>(step.out)] = 1;
-      for (int o : step.extra_outs) produced[static_cast<std::size_t>(o)] = 1;
-    }
-    // A concatenation that fused passes write in place (engine/fusion.cpp) is an output of each
-    // of them: its buffer is taken at the first.
+    // Every buffer's steps (a buffer no step writes, read only for its dims, takes no space): from
+    // its first writer (a concatenation that fused passes write in place, engine/fusion.cpp, is an
+    // output of each of them) through its last reader, to the end for outputs and committed values;
+    // a step's scratch during that step only, clear of the step's inputs and outputs.
+    constexpr int kForever = std::numeric_limits<int>::max();
+    std::vector<ArenaBlock> blocks;
+    std::vector<std::size_t*> where;
     std::vector<char> allocated(p_.values.size(), 0);
     for (std::size_t si = 0; si < p_.steps.size(); ++si) {
       Step& step = p_.steps[si];
+      const int s = static_cast<int>(si);
       outs.assign(1, step.out);
       outs.insert(outs.end(), step.extra_outs.begin(), step.extra_outs.end());
       for (int o : outs) {
         Value& out = val(o);
         if (allocated[static_cast<std::size_t>(o)]) continue;
         allocated[static_cast<std::size_t>(o)] = 1;
-        out.offset = arena.alloc(out.bytes);
-        if (!out.pinned && out.last_use < 0) out.last_use = static_cast<int>(si);  // dead
+        if (!out.pinned && out.last_use < 0) out.last_use = s;  // dead
+        blocks.push_back({out.bytes, s, out.pinned ? kForever : std::max(out.last_use, s)});
+        where.push_back(&out.offset);
       }
-      const std::size_t scratch = val(step.out).scratch_bytes;
-      if (scratch > 0) {
-        step.scratch_offset = arena.alloc(scratch);
-        arena.release(step.scratch_offset, scratch);
-      }
-      freed.clear();
-      for (int in : step.in_values) {
-        const int r = root_of(in);
-        Value& rv = val(r);
-        if (rv.kind == Kind::kArena && !rv.pinned && rv.last_use == static_cast<int>(si) &&
-            produced[static_cast<std::size_t>(r)] && freed.insert(r).second)
-          arena.release(rv.offset, rv.bytes);
-      }
-      for (int o : outs) {
-        Value& out = val(o);
-        if (!out.pinned && out.last_use == static_cast<int>(si) && !freed.count(o))
-          arena.release(out.offset, out.bytes);
+      if (const std::size_t scratch = val(step.out).scratch_bytes; scratch > 0) {
+        blocks.push_back({scratch, s, s});
+        where.push_back(&step.scratch_offset);
       }
     }
-    p_.arena_bytes = arena.top();
+    const int steps = static_cast<int>(p_.steps.size());
+    for (ArenaBlock& b : blocks) b.last = std::min(b.last, steps);
+    const std::size_t top = place_blocks(blocks);
+    for (std::size_t i = 0; i < blocks.size(); ++i) *where[i] = blocks[i].offset;
+    p_.arena_bytes = top;
     p_.arena = aligned_buffer(p_.arena_bytes);  // ResourceExhaustedError naming the bytes
   }
 
