@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "engine/parallel.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 #include "ops/kernels/window.hpp"
 
 namespace ktape::kernels {
@@ -25,7 +26,9 @@ struct ConvPlan {
   std::int64_t slots = 1;
   std::int64_t tiles_per_slot = 1;
   std::size_t shared_bytes = 0;  // at the start of the scratch (the reordered kernel)
-  std::size_t slot_bytes = 0;    // then one piece per slot (a tile; a partial kernel gradient)
+  std::size_t slot_bytes = 0;    // then one piece per slot (a tile; a partial kernel gradient;
+                                 // the tile GEMM's packs, from gemm_offset)
+  std::size_t gemm_offset = 0;
   std::size_t bytes() const { return shared_bytes + static_cast<std::size_t>(slots) * slot_bytes; }
 };
 
@@ -58,6 +61,10 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.slot_bytes = round64(static_cast<std::size_t>(p.rows * p.cols) * elem);
   if (pass == ConvPass::kBackpropFilter)
     p.slot_bytes += round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
+  p.gemm_offset = p.slot_bytes;
+  p.slot_bytes +=
+      round64(pass == ConvPass::kBackpropFilter ? gemm_scratch(p.cols, p.out_cols, p.rows, elem)
+                                                : gemm_scratch(p.rows, p.out_cols, p.cols, elem));
   if (input) p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
   return p;
 }

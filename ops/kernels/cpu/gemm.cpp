@@ -114,7 +114,7 @@ void check_strides(const char* what, MatRef<T> x) {
 
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-          MatRef<T> c, bool accumulate) {
+          MatRef<T> c, bool accumulate, void* scratch) {
   if (m <= 0 || n <= 0) return;
   check_strides("a", a);
   check_strides("b", b);
@@ -126,9 +126,28 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
     return;
   }
 #if KTAPE_BLIS
-  if (current_library() == GemmLibrary::blis) return blis::serial<T>(m, n, k, a, b, c, accumulate);
+  if (current_library() == GemmLibrary::blis) {
+    if (scratch != nullptr && blis::blocked_available<T>()) {
+      std::size_t space = gemm_scratch(m, n, k, sizeof(T));
+      std::align(64, space - 64, scratch, space);
+      return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, nullptr, true);
+    }
+    return blis::serial<T>(m, n, k, a, b, c, accumulate);
+  }
+#else
+  (void)scratch;
 #endif
   eigen<T>(m, n, k, a, b, c, accumulate);
+}
+
+std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size) {
+#if KTAPE_BLIS
+  if (m > 0 && n > 0 && k > 0 && blis::has_kernels())
+    return 64 + (elem_size == sizeof(float) ? blis::blocked_scratch<float>(m, n, k)
+                                            : blis::blocked_scratch<double>(m, n, k));
+#endif
+  (void)m, (void)n, (void)k, (void)elem_size;
+  return 0;
 }
 
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -312,9 +331,9 @@ std::string gemm_kernel_name(GemmLibrary lib) {
 }
 
 template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
-                          MatRef<const float>, MatRef<float>, bool);
+                          MatRef<const float>, MatRef<float>, bool, void*);
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
-                           MatRef<const double>, MatRef<double>, bool);
+                           MatRef<const double>, MatRef<double>, bool, void*);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
                                    MatRef<const float>, MatRef<float>, bool, void*,
                                    const GemmKeep*);

@@ -27,12 +27,16 @@ MatRef<T> row_major(T* p, std::int64_t ld) {
 }
 
 // c (m x n) = a (m x k) * b (k x n), or c += a * b when accumulate. k == 0 zeroes c (or keeps
-// it). On the calling thread. Steady state allocates nothing: Eigen packs on the stack, and
-// BLIS takes its packing buffers from a pool that only grows when more calls run at once than
-// ever before (after the first calls at a given thread count).
+// it). On the calling thread. With BLIS's kernels and `scratch` (gemm_scratch(m, n, k,
+// sizeof(T)) bytes, e.g. a conv slot's piece of the arena): ktape's blocked product in one task,
+// its packs in the scratch. Otherwise the library's own product; steady state allocates nothing
+// there either: Eigen packs on the stack, and BLIS takes its packing buffers from a pool that
+// only grows when more calls run at once than ever before.
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-          MatRef<T> c, bool accumulate);
+          MatRef<T> c, bool accumulate, void* scratch = nullptr);
+// The scratch gemm() can use for an m x n x k product (0: none, the library's own product runs).
+std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size);
 
 // The same product, over oneTBB tasks. With BLIS's kernels: ktape's blocked product around
 // BLIS's micro-kernel (gemm_blis.hpp: operands packed once per depth block by all threads and

@@ -476,7 +476,7 @@ void tile_into(const T* t, std::int64_t trs, std::int64_t tcs, std::int64_t m, s
 
 template <class T>
 void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch, Kept<T> ka,
-                 Kept<T> kb) {
+                 Kept<T> kb, bool one_task) {
   const Layout<T> l = layout(u, p.m, p.n, p.k);
   const std::int64_t mp = l.mp, np = l.np, depth = l.blocks.depth;
   T* const packs = reinterpret_cast<T*>(scratch);
@@ -484,7 +484,7 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   const double block_flops = 2.0 * double(p.m) * double(p.n) * double(depth);
   const std::int64_t tasks = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(block_flops * double(l.group) / kMinTaskFlops), 1,
-      std::min(usable_threads(), mp * np));
+      one_task ? 1 : std::min(usable_threads(), mp * np));
   const Grid grid = task_grid(mp, np, tasks, u.mr, u.nr);
   const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
@@ -615,7 +615,7 @@ std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-             MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep) {
+             MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep, bool one_task) {
   const Micro<T>& u = micro<T>();
   const bool turned = turns(u, m, n, k, MatRef<const T>{c.p, c.rs, c.cs});
   const Problem<T> p = oriented(u, Problem<T>{m, n, k, a, b, c});
@@ -642,7 +642,7 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
   GemmPackCache* const cache_b = keep ? (turned ? keep->a : keep->b) : nullptr;
   const Kept<T> ka = kept(cache_a, p.a.p, l.blocks.count * l.mp * l.ps_a);
   const Kept<T> kb = kept(cache_b, p.b.p, l.blocks.count * l.np * l.ps_b);
-  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch), ka, kb);
+  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch), ka, kb, one_task);
   if (ka.data) {
     cache_a->source = p.a.p;
     cache_a->run = keep->run;
@@ -665,14 +665,14 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
          sizeof(T);
 }
 
-#define KTAPE_INSTANTIATE(T)                                                          \
-  template void serial<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>,  \
-                          MatRef<const T>, MatRef<T>, bool);                          \
-  template std::int64_t micro_tiles<T>(std::int64_t, std::int64_t);                   \
-  template std::size_t blocked_scratch<T>(std::int64_t, std::int64_t, std::int64_t);  \
-  template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>, \
-                           MatRef<const T>, MatRef<T>, bool, void*, const GemmKeep*); \
-  template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);  \
+#define KTAPE_INSTANTIATE(T)                                                                \
+  template void serial<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>,        \
+                          MatRef<const T>, MatRef<T>, bool);                                \
+  template std::int64_t micro_tiles<T>(std::int64_t, std::int64_t);                         \
+  template std::size_t blocked_scratch<T>(std::int64_t, std::int64_t, std::int64_t);        \
+  template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>,       \
+                           MatRef<const T>, MatRef<T>, bool, void*, const GemmKeep*, bool); \
+  template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);        \
   template bool blocked_available<T>();
 KTAPE_INSTANTIATE(float)
 KTAPE_INSTANTIATE(double)

@@ -32,7 +32,8 @@ template <class T>
 std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k);
 template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-             MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep = nullptr);
+             MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep = nullptr,
+             bool one_task = false);
 // The bytes of every depth block's packs of operand `which` (0: a, 1: b), for a row-major C
 // (gemm_pack_cache_bytes).
 template <class T>
