@@ -86,8 +86,9 @@ std::size_t largest_first(const std::vector<ArenaBlock>& blocks,
                           std::vector<std::size_t>& offsets) {
   std::vector<std::size_t> order(blocks.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return round64(blocks[a].bytes) > round64(blocks[b].bytes);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const std::size_t sa = round64(blocks[a].bytes), sb = round64(blocks[b].bytes);
+    return sa != sb ? sa > sb : a < b;  // ties in the given order
   });
   offsets.assign(blocks.size(), 0);
   std::vector<std::size_t> placed;
