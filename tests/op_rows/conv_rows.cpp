@@ -634,6 +634,20 @@ std::vector<OpRow> conv_rows() {
       .formula([](const In& in) {
         return naive::pool(in[0], {3, 3}, {.strides = {2, 2}, .padding = "same"}, true);
       });
+  // By hand: ties and NaNs in 2x2 windows, channels_last (input (1, 2, 4, 2), two windows per
+  // channel). Channel 0 is all 5: each window's gradient goes to its first cell in scan order,
+  // (0, 0) and (0, 2). Channel 1: the first window's 3s at (0, 1) and (1, 0) tie, (0, 1) first;
+  // the second window holds NaNs at (0, 3) and (1, 2) and a 7: a NaN counts as the maximum, the
+  // first one takes it (the cpu kernel's channels_last path and the reference alike).
+  {
+    const double nan = std::nan("");
+    t.values("pool2d_max_grad_ties_by_hand",
+             [](const V& x) {
+               return K::gradients(K::sum(K::pool2d(x[0], {2, 2}, {.strides = {2, 2}})), {x[0]})[0];
+             },
+             {f64({5, 1, 5, 3, 5, 0, 5, nan, 5, 3, 5, 2, 5, nan, 5, 7}, {1, 2, 4, 2})})
+        .expect({1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 4, 2});
+  }
   t.op("pool2d_avg_cf_grad",
        [](const V& x) {
          return K::pool2d(x[0], {2, 3},

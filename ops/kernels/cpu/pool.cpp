@@ -88,6 +88,13 @@ inline bool beats(T v, T best) {
   return v > best || (std::isnan(v) && !std::isnan(best));
 }
 
+// The max of the scan so far, best, after seeing v: beats() as a select that vectorizes.
+template <class T>
+inline T pick(T v, T best) {
+  const bool take = (v > best) | ((v != v) & (best == best));
+  return take ? v : best;
+}
+
 template <class T>
 std::int64_t argmax_cell(const T* x, const Layout& xl, std::int64_t n, std::int64_t c,
                          const Box& box) {
@@ -151,6 +158,48 @@ void pool_kernel(const KernelCall& c) {
         1);
     return;
   }
+  if (g.r == 2) {
+    // channels_last planes: a task takes rows of output pixels; each window's cells are rows of
+    // channels, combined in the kernel's scan order by loops that vectorize over the channels.
+    const std::int64_t cx = g.cx, in_w = g.in[1], out_h = g.out[0], out_w = g.out[1];
+    parallel_for(
+        g.n * out_h, static_cast<double>(out_w * g.k_count * cx),
+        [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t r = r0; r < r1; ++r) {
+            const std::int64_t n = r / out_h, oy = r % out_h;
+            const std::int64_t ys = oy * g.s[0] - g.pb[0];
+            const std::int64_t y0 = std::max<std::int64_t>(ys, 0),
+                               y1 = std::min(ys + g.k[0], g.in[0]);
+            const T* img = x + n * g.in_pixels * cx;
+            for (std::int64_t ox = 0; ox < out_w; ++ox) {
+              const std::int64_t xs = ox * g.s[1] - g.pb[1];
+              const std::int64_t x0 = std::max<std::int64_t>(xs, 0),
+                                 x1 = std::min(xs + g.k[1], in_w);
+              T* row = y + ((n * out_h + oy) * out_w + ox) * cx;
+              if (y0 >= y1 || x0 >= x1) {  // a window outside the input (padding only)
+                for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] = max ? T(0) : T(0) / T(0);
+                continue;
+              }
+              std::memcpy(row, img + (y0 * in_w + x0) * cx,
+                          static_cast<std::size_t>(cx) * sizeof(T));
+              for (std::int64_t yy = y0; yy < y1; ++yy)
+                for (std::int64_t xx = yy == y0 ? x0 + 1 : x0; xx < x1; ++xx) {
+                  const T* src = img + (yy * in_w + xx) * cx;
+                  if (max)
+                    for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] = pick(src[ch], row[ch]);
+                  else
+                    for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] += src[ch];
+                }
+              if (!max) {
+                const T count = static_cast<T>((y1 - y0) * (x1 - x0));
+                for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] /= count;
+              }
+            }
+          }
+        },
+        1);
+    return;
+  }
   parallel_for(
       g.n * g.out_pixels, static_cast<double>(g.k_count * g.cx),
       [&](std::int64_t i0, std::int64_t i1) {
@@ -208,7 +257,46 @@ void pool_grad_kernel(const KernelCall& c) {
             for_each_cell(box, [&](std::int64_t ip) { dx[xl.at(n, ip, ch)] += share; });
           }
         };
-        for (std::int64_t n = n0; !g.cf && n < n1; ++n)
+        // channels_last planes: each window's argmax (or share) for a block of channels at once,
+        // its cells walked in the kernel's scan order by loops that vectorize over channels.
+        for (std::int64_t n = n0; !g.cf && g.r == 2 && n < n1; ++n) {
+          const std::int64_t cx = g.cx, in_w = g.in[1];
+          const T* img = x + n * g.in_pixels * cx;
+          T* dimg = dx + n * g.in_pixels * cx;
+          for_each_window_2d(g, [&](std::int64_t op, std::int64_t y0, std::int64_t y1,
+                                    std::int64_t x0, std::int64_t x1) {
+            if (y0 >= y1 || x0 >= x1) return;
+            const T* gv = dy + (n * g.out_pixels + op) * cx;
+            if constexpr (Max) {
+              for (std::int64_t c0 = 0; c0 < cx; c0 += kChannelBlock) {
+                const std::int64_t cn = std::min(kChannelBlock, cx - c0);
+                const std::int64_t first = y0 * in_w + x0;
+                const T* v0 = img + first * cx + c0;
+                for (std::int64_t j = 0; j < cn; ++j) best_v[j] = v0[j], best_p[j] = first;
+                for (std::int64_t yy = y0; yy < y1; ++yy)
+                  for (std::int64_t xx = yy == y0 ? x0 + 1 : x0; xx < x1; ++xx) {
+                    const std::int64_t ip = yy * in_w + xx;
+                    const T* v = img + ip * cx + c0;
+                    for (std::int64_t j = 0; j < cn; ++j) {
+                      const bool take =
+                          (v[j] > best_v[j]) | ((v[j] != v[j]) & (best_v[j] == best_v[j]));
+                      best_v[j] = take ? v[j] : best_v[j];
+                      best_p[j] = take ? ip : best_p[j];
+                    }
+                  }
+                for (std::int64_t j = 0; j < cn; ++j) dimg[best_p[j] * cx + c0 + j] += gv[c0 + j];
+              }
+            } else {
+              const T count = static_cast<T>((y1 - y0) * (x1 - x0));
+              for (std::int64_t yy = y0; yy < y1; ++yy)
+                for (std::int64_t xx = x0; xx < x1; ++xx) {
+                  T* d = dimg + (yy * in_w + xx) * cx;
+                  for (std::int64_t ch = 0; ch < cx; ++ch) d[ch] += gv[ch] / count;
+                }
+            }
+          });
+        }
+        for (std::int64_t n = n0; !g.cf && g.r != 2 && n < n1; ++n)
           for (std::int64_t op = 0; op < g.out_pixels; ++op) {
             const Box box = window_box(g, op);
             if (Max) {
