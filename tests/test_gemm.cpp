@@ -333,3 +333,38 @@ TEST(Gemm, KtapeGemmEnvironmentPicksTheLibrary) {
 }
 
 }  // namespace
+
+namespace {
+
+// Scratch sizes do not shrink with the shape: a product with fewer rows may keep more depth
+// blocks' packs at once (the pack budget divided by smaller blocks). gemm() given fewer bytes
+// than its shape needs (a buffer sized for a bigger product: a conv's full tile) must run the
+// library's own product rather than write past them; the bytes after the buffer stay untouched.
+TEST(Gemm, AScratchTooSmallForTheShapeIsNotOverrun) {
+  // (With skx's kernels and the default budget: 7 x 2304 x 256 needs 2,058,605 bytes, 21 x 2304
+  // x 256 1,819,036: a 3x3 256-channel conv's last and full tiles on a 14 x 14 image.)
+  std::int64_t small = 0, full = 0, n = 0, k = 0;
+  for (std::int64_t nn : {64, 256})
+    for (std::int64_t kk : {700, 2304})
+      for (std::int64_t f = 8; f <= 96 && small == 0; ++f)
+        for (std::int64_t s = 1; s < f && small == 0; ++s)
+          if (ktape::kernels::gemm_scratch(s, nn, kk, 4) >
+              ktape::kernels::gemm_scratch(f, nn, kk, 4))
+            small = s, full = f, n = nn, k = kk;
+  if (small == 0) {
+    GTEST_SKIP() << "no product here needs more scratch than a bigger one (no BLIS kernels?)";
+  }
+  const std::size_t cap = ktape::kernels::gemm_scratch(full, n, k, 4);
+  std::vector<std::byte> buf(cap + 4096, std::byte{0x5a});
+  std::vector<float> a(small * k, 0.5f), b(k * n, 0.25f), c(small * n, -1.0f);
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    ktape::kernels::gemm<float>(small, n, k, {a.data(), k, 1}, {b.data(), n, 1}, {c.data(), n, 1},
+                                false, buf.data(), cap);
+    for (float v : c) ASSERT_EQ(v, 0.125f * static_cast<float>(k)) << small << "x" << k << "x" << n;
+    for (std::size_t i = cap; i < buf.size(); ++i)
+      ASSERT_EQ(buf[i], std::byte{0x5a}) << "byte " << i - cap << " past the scratch";
+  }
+}
+
+}  // namespace

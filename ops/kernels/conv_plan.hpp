@@ -28,7 +28,7 @@ struct ConvPlan {
   std::size_t shared_bytes = 0;  // at the start of the scratch (the reordered kernel)
   std::size_t slot_bytes = 0;    // then one piece per slot (a tile; a partial kernel gradient;
                                  // the tile GEMM's packs, from gemm_offset)
-  std::size_t gemm_offset = 0;
+  std::size_t gemm_offset = 0, gemm_bytes = 0;
   std::size_t bytes() const { return shared_bytes + static_cast<std::size_t>(slots) * slot_bytes; }
 };
 
@@ -61,10 +61,17 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.slot_bytes = round64(static_cast<std::size_t>(p.rows * p.cols) * elem);
   if (pass == ConvPass::kBackpropFilter)
     p.slot_bytes += round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
+  // The tile GEMM's packs, for a full tile and for an image's last, shorter one (the bytes do
+  // not shrink with the shape: a smaller product may keep more depth blocks at once).
+  auto tile_gemm = [&](std::int64_t rows) {
+    return pass == ConvPass::kBackpropFilter ? gemm_scratch(p.cols, p.out_cols, rows, elem)
+                                             : gemm_scratch(rows, p.out_cols, p.cols, elem);
+  };
+  const std::int64_t last_rows =
+      p.tiles_per_image > 0 ? pixels - (p.tiles_per_image - 1) * p.rows : p.rows;
   p.gemm_offset = p.slot_bytes;
-  p.slot_bytes +=
-      round64(pass == ConvPass::kBackpropFilter ? gemm_scratch(p.cols, p.out_cols, p.rows, elem)
-                                                : gemm_scratch(p.rows, p.out_cols, p.cols, elem));
+  p.gemm_bytes = round64(std::max(tile_gemm(p.rows), tile_gemm(last_rows)));
+  p.slot_bytes += p.gemm_bytes;
   if (input) p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
   return p;
 }

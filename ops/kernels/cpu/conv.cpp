@@ -166,7 +166,7 @@ constexpr std::int64_t kDirectCols = 16;
 template <class T>
 void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m,
                   std::int64_t out_cols, T* out, const Layout& ol, std::int64_t n, std::int64_t p0,
-                  void* gemm_scratch) {
+                  void* gemm_scratch, std::size_t gemm_bytes) {
   T* base = out + ol.image(n);
   if (cols == 0) {  // no input channels: the sums are empty
     for (std::int64_t r = 0; r < rows; ++r)
@@ -199,7 +199,7 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
     const MatRef<T> y =
         ol.cf ? MatRef<T>{base + p0, 1, ol.pixels} : row_major(base + p0 * out_cols, out_cols);
     gemm<T>(rows, out_cols, cols, row_major(col, cols), row_major(m, out_cols), y, false,
-            gemm_scratch);
+            gemm_scratch, gemm_bytes);
   }
 }
 
@@ -216,7 +216,7 @@ void run_tiles(const ConvPlan& p, char* scratch, bool backward, const WindowDims
       const std::int64_t rows = std::min(p.rows, ol.pixels - p0);
       gather(g, backward, src, sl, n, p0, rows, col);
       tile_product(col, rows, p.cols, m, p.out_cols, out, ol, n, p0,
-                   reinterpret_cast<char*>(col) + p.gemm_offset);
+                   reinterpret_cast<char*>(col) + p.gemm_offset, p.gemm_bytes);
     }
   });
 }
@@ -395,7 +395,8 @@ void conv_backprop_filter_kernel(const KernelCall& c) {
           g.cf ? MatRef<const T>{dimg + p0, 1, g.out_pixels} : row_major(dimg + p0 * g.cy, g.cy);
       gemm<T>(p.cols, p.out_cols, rows, row_major<const T>(col, p.cols).t(), d,
               row_major(acc, p.out_cols), true,
-              scratch + static_cast<std::size_t>(slot) * p.slot_bytes + p.gemm_offset);
+              scratch + static_cast<std::size_t>(slot) * p.slot_bytes + p.gemm_offset,
+              p.gemm_bytes);
     }
   });
   // The slots' partial sums, added in slot order.

@@ -114,7 +114,7 @@ void check_strides(const char* what, MatRef<T> x) {
 
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-          MatRef<T> c, bool accumulate, void* scratch) {
+          MatRef<T> c, bool accumulate, void* scratch, std::size_t scratch_bytes) {
   if (m <= 0 || n <= 0) return;
   check_strides("a", a);
   check_strides("b", b);
@@ -127,15 +127,16 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
   }
 #if KTAPE_BLIS
   if (current_library() == GemmLibrary::blis) {
-    if (scratch != nullptr && blis::blocked_available<T>()) {
-      std::size_t space = gemm_scratch(m, n, k, sizeof(T));
-      std::align(64, space - 64, scratch, space);
-      return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, nullptr, true);
+    const std::size_t need = gemm_scratch(m, n, k, sizeof(T));
+    if (scratch != nullptr && need > 0 && need <= scratch_bytes && blis::blocked_available<T>()) {
+      std::size_t space = need;
+      if (std::align(64, need - 64, scratch, space))
+        return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, nullptr, true);
     }
     return blis::serial<T>(m, n, k, a, b, c, accumulate);
   }
 #else
-  (void)scratch;
+  (void)scratch, (void)scratch_bytes;
 #endif
   eigen<T>(m, n, k, a, b, c, accumulate);
 }
@@ -229,7 +230,9 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   if (use_blocked<T>(m, n, k)) {
     if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
       std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
-      std::align(64, space - 64, scratch, space);
+      if (space < 64 + blis::blocked_scratch<T>(m, n, k) ||
+          !std::align(64, space - 64, scratch, space))
+        scratch = nullptr;  // not sized for it: the call allocates
     }
     return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, keep);
   }
@@ -285,7 +288,8 @@ std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k
 GemmPackCache make_gemm_pack_cache(std::size_t bytes) {
   GemmPackCache c;
   if (bytes == 0) return c;
-  c.storage = std::shared_ptr<std::byte[]>(new std::byte[bytes + 64]);
+  c.storage =
+      std::shared_ptr<std::byte[]>(new std::byte[bytes + 64]);  // bytes has kept_bytes' tail
   void* p = c.storage.get();
   std::size_t space = bytes + 64;
   c.data = std::align(64, bytes, p, space);
@@ -331,9 +335,9 @@ std::string gemm_kernel_name(GemmLibrary lib) {
 }
 
 template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
-                          MatRef<const float>, MatRef<float>, bool, void*);
+                          MatRef<const float>, MatRef<float>, bool, void*, std::size_t);
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
-                           MatRef<const double>, MatRef<double>, bool, void*);
+                           MatRef<const double>, MatRef<double>, bool, void*, std::size_t);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
                                    MatRef<const float>, MatRef<float>, bool, void*,
                                    const GemmKeep*);

@@ -27,15 +27,18 @@ MatRef<T> row_major(T* p, std::int64_t ld) {
 }
 
 // c (m x n) = a (m x k) * b (k x n), or c += a * b when accumulate. k == 0 zeroes c (or keeps
-// it). On the calling thread. With BLIS's kernels and `scratch` (gemm_scratch(m, n, k,
-// sizeof(T)) bytes, e.g. a conv slot's piece of the arena): ktape's blocked product in one task,
-// its packs in the scratch. Otherwise the library's own product; steady state allocates nothing
-// there either: Eigen packs on the stack, and BLIS takes its packing buffers from a pool that
-// only grows when more calls run at once than ever before.
+// it). On the calling thread. With BLIS's kernels and `scratch_bytes` of `scratch` (at least
+// gemm_scratch(m, n, k, sizeof(T)), e.g. a conv slot's piece of the arena): ktape's blocked
+// product in one task, its packs in the scratch. Otherwise (no scratch, or too little) the
+// library's own product; steady state allocates nothing there either: Eigen packs on the stack,
+// and BLIS takes its packing buffers from a pool that only grows when more calls run at once
+// than ever before.
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
-          MatRef<T> c, bool accumulate, void* scratch = nullptr);
+          MatRef<T> c, bool accumulate, void* scratch = nullptr, std::size_t scratch_bytes = 0);
 // The scratch gemm() can use for an m x n x k product (0: none, the library's own product runs).
+// Not monotonic in the shape (a smaller product may keep more depth blocks at once): size a
+// buffer for every shape it serves.
 std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size);
 
 // The same product, over oneTBB tasks. With BLIS's kernels: ktape's blocked product around

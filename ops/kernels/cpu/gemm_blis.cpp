@@ -155,6 +155,9 @@ void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const
 // float, 16 x 14 for double, haswell's 6 x 16 / 6 x 8. A kernel set with larger tiles runs
 // BLIS's own product instead (blocked_available).
 constexpr std::int64_t kMaxTile = 512;
+// Bytes after packed panels that a micro-kernel's read-ahead may touch (skx: 128 past the last
+// A panel; haswell: 64 past the last B panel), with room to spare.
+constexpr std::size_t kTail = 256;
 
 template <class T>
 using Ukr = void (*)(dim_t, dim_t, dim_t, T*, T*, T*, T*, T*, inc_t, inc_t, auxinfo_t*, cntx_t*);
@@ -576,6 +579,7 @@ bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
 
 template <class T>
 bool blocked_available() {
+  if (!has_kernels()) return false;  // the scratch sizes assume it (gemm.cpp)
   const Micro<T>& u = micro<T>();
   return u.ukr != nullptr && u.mr * u.nr <= kMaxTile && u.mr > 0 && u.nr > 0;
 }
@@ -609,8 +613,10 @@ template <class T>
 std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const Micro<T>& u = micro<T>();
-  // Either orientation (C's strides decide it): the larger.
-  return std::max(layout(u, m, n, k).bytes(), layout(u, n, m, k).bytes());
+  // Either orientation (C's strides decide it): the larger, and a tail the micro-kernels may read
+  // into (they load the next step's A or B before testing the loop's end: up to MR or NR values
+  // past the last panel).
+  return std::max(layout(u, m, n, k).bytes(), layout(u, n, m, k).bytes()) + kTail;
 }
 
 template <class T>
@@ -662,7 +668,8 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
   const Layout<T> l = turned ? layout(u, n, m, k) : layout(u, m, n, k);
   const bool as_a = (which == 0) != turned;  // the operand is the oriented A
   return static_cast<std::size_t>(l.blocks.count * (as_a ? l.mp * l.ps_a : l.np * l.ps_b)) *
-         sizeof(T);
+             sizeof(T) +
+         kTail;
 }
 
 #define KTAPE_INSTANTIATE(T)                                                                \
