@@ -15,6 +15,7 @@
 
 #include "ktape/ktape.hpp"
 #include "op_rows/op_row.hpp"
+#include "ops/kernels/conv_plan.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -170,6 +171,43 @@ TEST(ConvTiling, SameBitsAtAnyThreadCount) {
       ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
           << "output " << o;
   }
+}
+
+// The cpu conv kernels' slots hold their tile GEMM's packs; an image's last tile is shorter, and
+// a shorter product can need more pack bytes than a full one (it keeps more depth blocks at once),
+// so the plan sizes for both heights: a 3x3 256-channel conv on 14 x 14 images in float32 (21-row
+// tiles, a last one of 7) overran its slot before. Every tile height a plan's slot serves must
+// fit, for the forward and both gradient passes, in float32 and float64.
+TEST(ConvTiling, EveryTileHeightsGemmFitsItsSlot) {
+  using ktape::kernels::ConvPass;
+  for (const std::int64_t c : {32, 64, 256})
+    for (const std::int64_t hw : {7, 14, 28, 56})
+      for (const std::size_t elem : {std::size_t{4}, std::size_t{8}})
+        for (const ConvPass pass :
+             {ConvPass::kForward, ConvPass::kBackpropInput, ConvPass::kBackpropFilter}) {
+          ktape::kernels::WindowDims g;
+          g.r = 2;
+          g.n = 2;
+          g.cx = g.cy = c;
+          g.in[0] = g.in[1] = g.out[0] = g.out[1] = hw;  // 3x3, same
+          g.k[0] = g.k[1] = 3;
+          g.pb[0] = g.pb[1] = 1;
+          g.in_pixels = g.out_pixels = hw * hw;
+          g.k_count = 9;
+          const auto p = ktape::kernels::conv_plan(pass, g, elem);
+          const std::int64_t pixels = hw * hw;
+          for (std::int64_t t = 0; t < p.tiles_per_image; ++t) {
+            const std::int64_t rows = std::min(p.rows, pixels - t * p.rows);
+            const std::size_t need =
+                pass == ConvPass::kBackpropFilter
+                    ? ktape::kernels::gemm_scratch(p.cols, p.out_cols, rows, elem)
+                    : ktape::kernels::gemm_scratch(rows, p.out_cols, p.cols, elem);
+            ASSERT_LE(need, p.gemm_bytes)
+                << c << " channels, " << hw << "x" << hw << ", " << elem << "-byte, pass "
+                << static_cast<int>(pass) << ", tile of " << rows << " rows";
+            ASSERT_LE(p.gemm_offset + p.gemm_bytes, p.slot_bytes);
+          }
+        }
 }
 
 Tensor ph(const Shape& s, const std::string& dt = "float32") {
