@@ -6,8 +6,9 @@
 # (KTAPE_GEMM=eigen): Eigen is header code, so every GEMM's extents and strides are checked by
 # the instrumentation end to end; then the tests of the GEMM, the products, the loops and the
 # thread counts run again on BLIS's kernels inside ktape's blocked product (its packing is
-# instrumented; BLIS's own code is not). Line tables only (stack traces keep file:line); the test
-# code itself is built unoptimized (tests/CMakeLists.txt).
+# instrumented; BLIS's own code is not), with the conv tests whose tiles run it serially. Line
+# tables only (stack traces keep file:line); the test code itself is built unoptimized
+# (tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS="${1:-60}"
@@ -26,7 +27,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 (cd build-asan && KTAPE_GEMM=eigen ctest --output-on-failure -j2 \
   -E 'CnnEndToEnd\.LossFallsInOneEpochOn2000Samples|CnnEndToEnd\.CheckpointResumesExactly|EndToEnd\.(Adam|Sgd)LearnsFashionMnist')
 (cd build-asan && KTAPE_GEMM=blis ctest --output-on-failure -j2 \
-  -R '^(Gemm\.|Threads\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/.*(dot|matmul)|Indexing/.*batch_dot)')
+  -R '^(Gemm\.|Threads\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/.*(dot|matmul)|Indexing/.*batch_dot|Conv(Tiling|Forward|Grad)\.)')
 
 fuzz() {  # target: runs it on a scratch copy of its corpus; libFuzzer exits non-zero on a crash
   local t="$1" work="build-asan/fuzz-work/$1"
