@@ -124,22 +124,19 @@ rntm_t runtime(std::int64_t m) {
   return r;
 }
 
-void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const float> a,
-                    MatRef<const float> b, MatRef<float> c, bool acc) {
-  float one = 1, beta = acc ? 1 : 0;
+template <class T>
+void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
+                    MatRef<const T> b, MatRef<T> c, bool acc) {
+  T one = 1, beta = acc ? 1 : 0;
   rntm_t r = runtime(m);
-  bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<float*>(a.p), a.rs,
-               a.cs, const_cast<float*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx,
-               &r);
-}
-
-void serial_product(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const double> a,
-                    MatRef<const double> b, MatRef<double> c, bool acc) {
-  double one = 1, beta = acc ? 1 : 0;
-  rntm_t r = runtime(m);
-  bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, const_cast<double*>(a.p), a.rs,
-               a.cs, const_cast<double*>(b.p), b.rs, b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx,
-               &r);
+  auto* ap = const_cast<T*>(a.p);
+  auto* bp = const_cast<T*>(b.p);
+  if constexpr (sizeof(T) == sizeof(float))
+    bli_sgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, ap, a.rs, a.cs, bp, b.rs,
+                 b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx, &r);
+  else
+    bli_dgemm_ex(BLIS_NO_TRANSPOSE, BLIS_NO_TRANSPOSE, m, n, k, &one, ap, a.rs, a.cs, bp, b.rs,
+                 b.cs, &beta, c.p, c.rs, c.cs, kernels().cntx, &r);
 }
 
 // ---- The blocked product ------------------------------------------------------------------
@@ -596,7 +593,7 @@ std::string kernel_name() {
 template <class T>
 void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
             MatRef<T> c, bool accumulate) {
-  serial_product(m, n, k, a, b, c, accumulate);
+  serial_product<T>(m, n, k, a, b, c, accumulate);
 }
 
 template <class T>
