@@ -46,6 +46,7 @@ class Compiler {
     build_values(order);
     build_steps();
     if (r_.fuse && r_.backend.fuse_elementwise) fuse();
+    pair_steps();
     if (r_.backend.fuse_elementwise) commit_in_place();
     lock_variables();
     plan_arena();
@@ -288,7 +289,81 @@ class Compiler {
     fuse_elementwise(p_, pinned);
   }
 
-  // 3c. Commit in place: a new value written by an elementwise step (or fused pass) after every
+  // 3c. Joint steps: a step of an op with a pair hook (OpDef::pair) that reads the same data as
+  // an earlier step of that op through its pair_input runs as one step with it (the nearest such
+  // step), at the earlier one's place, when the hook gives a kernel and nothing the later one
+  // reads is written from that place on. The later step's output becomes the joint step's extra
+  // output (written from the earlier place on) and its last input.
+  void pair_steps() {
+    auto& steps = p_.steps;
+    auto pairable = [&](const Step& st) {
+      if (st.fused || !st.node || st.out < 0 || val(st.out).node != st.node) return false;
+      const OpDef& def = op_def(st.node->op);
+      return def.pair && def.pair_input >= 0 && !def.random && st.extra_outs.empty() &&
+             !val(st.out).ctx && st.node->control_inputs.empty() &&
+             st.in_values.size() == st.node->inputs.size() &&
+             static_cast<std::size_t>(def.pair_input) < st.in_values.size();
+    };
+    bool any = false;
+    for (const Step& st : steps) any = any || pairable(st);
+    if (!any) return;
+    std::vector<int> last_write(p_.values.size(), -1);  // per buffer, the last step writing it
+    for (std::size_t si = 0; si < steps.size(); ++si) {
+      last_write[static_cast<std::size_t>(root_of(steps[si].out))] = static_cast<int>(si);
+      for (int o : steps[si].extra_outs)
+        last_write[static_cast<std::size_t>(root_of(o))] = static_cast<int>(si);
+    }
+    auto same_data = [&](int x, int y) {
+      const Value &a = val(x), &b = val(y);
+      return a.root == b.root && a.alias_offset == b.alias_offset && a.bytes == b.bytes &&
+             a.dtype == b.dtype && a.shape == b.shape;
+    };
+    auto shapes = [&](const Step& st) {
+      std::vector<Shape> in;
+      for (int v : st.in_values) in.push_back(val(v).shape);
+      return in;
+    };
+    std::vector<char> gone(steps.size(), 0), joined(steps.size(), 0);
+    for (std::size_t s2 = 0; s2 < steps.size(); ++s2) {
+      Step& later = steps[s2];
+      if (!pairable(later)) continue;
+      const OpDef& def = op_def(later.node->op);
+      const auto shared = static_cast<std::size_t>(def.pair_input);
+      for (std::size_t s1 = s2; s1-- > 0;) {  // the nearest first: the later output lives least
+        Step& first = steps[s1];
+        if (gone[s1] || joined[s1] || !pairable(first) || first.node->op != later.node->op ||
+            first.node->dtype != later.node->dtype ||
+            !same_data(first.in_values[shared], later.in_values[shared]))
+          continue;
+        bool ready = true;
+        for (int v : later.in_values)
+          ready = ready && last_write[static_cast<std::size_t>(root_of(v))] < static_cast<int>(s1);
+        if (!ready) continue;
+        const std::vector<Shape> first_in = shapes(first), later_in = shapes(later);
+        const Paired joint =
+            def.pair({*first.node, *later.node, first_in, later_in, r_.backend.name});
+        if (!joint.kernel) continue;
+        first.fn = joint.kernel;
+        first.in_values.insert(first.in_values.end(), later.in_values.begin(),
+                               later.in_values.end());
+        first.in_values.push_back(later.out);
+        first.extra_outs.push_back(later.out);
+        val(first.out).scratch_bytes = joint.scratch_bytes;
+        last_write[static_cast<std::size_t>(later.out)] = static_cast<int>(s1);
+        gone[s2] = joined[s1] = 1;
+        break;
+      }
+    }
+    std::size_t kept = 0;
+    for (std::size_t si = 0; si < steps.size(); ++si)
+      if (!gone[si]) {
+        if (kept != si) steps[kept] = std::move(steps[si]);
+        ++kept;
+      }
+    steps.resize(kept);
+  }
+
+  // 3d. Commit in place: a new value written by an elementwise step (or fused pass) after every
   // read of the variable's old value goes straight into the variable, with no copy at the end.
   // (Within a fused pass, reads of the old value must come no later than the write: each chunk
   // is read before it is overwritten.) Only for backends whose elementwise kernels promise to
@@ -367,7 +442,7 @@ class Compiler {
     return true;
   }
 
-  // 3d. Variable locks, ordered by node id: every call takes them in the same order.
+  // 3e. Variable locks, ordered by node id: every call takes them in the same order.
   void lock_variables() {
     std::map<std::int64_t, std::pair<std::shared_mutex*, bool>> locks;
     for (const Value& v : p_.values)

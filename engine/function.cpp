@@ -252,6 +252,12 @@ std::string Function::describe_plan() const {
       out += " [fused: " + std::to_string(s.fused->instrs.size()) + " kernels, " +
              std::to_string(s.fused->out_values.size()) + " outputs, " +
              std::to_string((s.fused->scratch_bytes + 1023) / 1024) + " KB of registers]";
+    else
+      for (int o : s.extra_outs) {  // a joint step (OpDef::pair)
+        const Value& w = impl_->last->values[static_cast<std::size_t>(o)];
+        out += " [and " + std::string(op_name(w.node->op)) + " " + w.shape.str() + " '" +
+               w.node->name + "']";
+      }
     out += "\n";
   }
   out += "commits: " + std::to_string(impl_->last->commits.size()) + " copied, " +

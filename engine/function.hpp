@@ -93,9 +93,10 @@ class Function {
   std::size_t num_plans() const;
   /// Arena bytes of the most recently used plan (for tests and benchmarks).
   std::size_t arena_bytes() const;
-  /// Kernel launches per call of the most recently used plan (after fusion).
+  /// Kernel launches per call of the most recently used plan (after fusion and joint steps).
   std::size_t num_steps() const;
-  /// One line per step of that plan: op, shape, dtype, node name; a fused group lists its members.
+  /// One line per step of that plan: op, shape, dtype, node name; a fused group lists its members,
+  /// a joint step (two products sharing an operand) its second node.
   std::string describe_plan() const;
   /// That plan as a Graphviz DOT digraph: a box per step (fused groups list their members), an
   /// ellipse per fed, variable or constant input, edges for data flow, commits as dashed edges.

@@ -94,6 +94,20 @@ struct Prepared {
   std::size_t view_offset = 0;
 };
 using PrepareFn = Prepared (*)(const PrepareArgs& args);
+// Two nodes of one op that a plan may run as one step (OpDef::pair): their concrete input
+// shapes, and the enclosing Function's backend.
+struct PairArgs {
+  const Node& first;
+  const Node& second;
+  const std::vector<Shape>& first_in;
+  const std::vector<Shape>& second_in;
+  const std::string& backend;
+};
+struct Paired {
+  KernelFn kernel = nullptr;      // null: the two run apart
+  std::size_t scratch_bytes = 0;  // KernelCall::scratch of the joint step
+};
+using PairFn = Paired (*)(const PairArgs& args);
 // A set of a node's inputs: bit i stands for input i.
 using InputMaskFn = unsigned (*)(const Node& node);
 using AxisFn = int (*)(const Node& node);
@@ -128,6 +142,13 @@ struct OpDef {
   // its variable before such a step, so a failed call leaves every variable as it was.
   bool may_throw = false;
   PrepareFn prepare = nullptr;  // the compile hook (see PrepareArgs); null: the shape rule only
+  // Two nodes of this op that read the same data through input `pair_input` may run as one
+  // step, at the first one's place (the cpu MatMul packs a shared operand once for both
+  // products): `pair` gives that step's kernel and scratch, or no kernel (other attributes,
+  // another backend). The joint kernel sees the first node's inputs, then the second's, then
+  // the second's output as one more input, which it writes; its output is the first's.
+  int pair_input = -1;
+  PairFn pair = nullptr;
 
   // How the op composes with a loop's steps (ops/loops), for ops worth handling specially.
   // Expensive to run once per step (a GEMM): a loop runs it once over every step where

@@ -85,6 +85,33 @@ Prepared matmul_prepare(const PrepareArgs& p) {
   return r;
 }
 
+// Two products with the same right operand (the weight gradients h^T dZ and x^T dZ a loop
+// hoists over one stacked dZ) run as one on the cpu backend: B is read and packed once for
+// both (kernels::parallel_gemm_shared_b).
+Paired matmul_pair(const PairArgs& p) {
+  if (p.backend != "cpu" || !(p.first.attrs == p.second.attrs)) return {};
+  const auto at = attrs::MatMul::of(p.first.attrs);
+  std::int64_t ms[2], n = 0, k = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<Shape>& in = i == 0 ? p.first_in : p.second_in;
+    const Shape out = matmul_rule(i == 0 ? p.first : p.second, in);
+    const Shape& a = in[0];
+    const std::int64_t ni = out[out.ndim() - 1],
+                       ki = at.ta ? a.num_elements() / std::max<std::int64_t>(a[a.ndim() - 1], 1)
+                                  : a[a.ndim() - 1];
+    ms[i] = out.num_elements() / std::max<std::int64_t>(ni, 1);
+    if (i == 1 && (ni != n || ki != k)) return {};
+    n = ni;
+    k = ki;
+  }
+  Paired r;
+  r.kernel = kernels::matmul_shared_b_kernel(p.first.dtype);
+  if (r.kernel)
+    r.scratch_bytes =
+        kernels::parallel_gemm_shared_b_scratch(ms, 2, n, k, dtype_size(p.first.dtype));
+  return r;
+}
+
 G matmul_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& a = n.inputs[0];
   const Tensor& b = n.inputs[1];
@@ -556,6 +583,8 @@ void register_layout_ops() {
   define_op(Op::MatMul, {.shape = &matmul_rule,
                          .grad = &matmul_grad,
                          .prepare = &matmul_prepare,
+                         .pair_input = 1,
+                         .pair = &matmul_pair,
                          .costly = true,
                          .stack_map = &matmul_stack_map,
                          .stack_sum = &matmul_stack_sum});

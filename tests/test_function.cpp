@@ -433,3 +433,91 @@ TEST(Function, AValueReadOnlyForItsShapeIsNotComputed) {
   const auto v = g({NDArray::from_values({0, 0, 0}, {1, 3})});
   EXPECT_TRUE(ktape::testing_util::Close(v[0], {3, 3, 3}, {1, 3}, 0, 0));
 }
+
+namespace {
+
+// Plain loops in double: the independent oracle of the tests below.
+std::vector<double> product(const std::vector<double>& a, const std::vector<double>& b,
+                            std::int64_t m, std::int64_t k, std::int64_t n, bool ta = false) {
+  std::vector<double> c(static_cast<std::size_t>(m * n), 0.0);
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t p = 0; p < k; ++p)
+        c[static_cast<std::size_t>(i * n + j)] +=
+            a[static_cast<std::size_t>(ta ? p * m + i : i * k + p)] *
+            b[static_cast<std::size_t>(p * n + j)];
+  return c;
+}
+
+std::vector<double> ramp(std::int64_t size, double scale) {
+  std::vector<double> v(static_cast<std::size_t>(size));
+  for (std::int64_t i = 0; i < size; ++i)
+    v[static_cast<std::size_t>(i)] = scale * static_cast<double>((i * 7) % 11 - 5);
+  return v;
+}
+
+std::vector<ktape::Tensor> weight_gradients_of_two_inputs(const ktape::Tensor& x0,
+                                                          const ktape::Tensor& x1,
+                                                          const NDArray& w0, const NDArray& w1) {
+  const std::string dt(ktape::dtype_name(w0.dtype()));
+  const ktape::Tensor W0 = K::variable(w0, {.dtype = dt}), W1 = K::variable(w1, {.dtype = dt});
+  const ktape::Tensor y = K::dot(x0, W0) + K::dot(x1, W1);
+  return K::gradients(0.5 * K::sum(K::square(y)), {W0, W1});
+}
+
+}  // namespace
+
+TEST(Function, WeightGradientsSharingTheirOutputGradientRunAsOneProduct) {
+  // y = x0 W0 + x1 W1 and loss = sum(y^2) / 2: dW0 = x0^T y and dW1 = x1^T y share y, as an
+  // LSTM's dU = h^T dZ and dW = x^T dZ share dZ. On the cpu backend the two products are one
+  // step (B packed once); the values are those of plain loops, in both dtypes.
+  const std::int64_t n = 37, f0 = 19, f1 = 5, h = 23;
+  const auto a0 = ramp(n * f0, 0.1), a1 = ramp(n * f1, -0.2), w0 = ramp(f0 * h, 0.05),
+             w1 = ramp(f1 * h, 0.3);
+  std::vector<double> y = product(a0, w0, n, f0, h);
+  const std::vector<double> y1 = product(a1, w1, n, f1, h);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] += y1[i];
+  const std::vector<double> want0 = product(a0, y, f0, n, h, true),
+                            want1 = product(a1, y, f1, n, h, true);
+  for (const char* dt : {"float32", "float64"})
+    for (const char* backend : {"cpu", "reference"}) {
+      const DType d = ktape::dtype_from_name(dt);
+      const ktape::Tensor x0 = K::placeholder({K::None, f0}, {.dtype = dt}),
+                          x1 = K::placeholder({K::None, f1}, {.dtype = dt});
+      const auto g = weight_gradients_of_two_inputs(x0, x1, NDArray::from_values(w0, {f0, h}, d),
+                                                    NDArray::from_values(w1, {f1, h}, d));
+      const auto f = K::function({x0, x1}, g, {}, {.backend = backend});
+      const auto out =
+          f({NDArray::from_values(a0, {n, f0}, d), NDArray::from_values(a1, {n, f1}, d)});
+      const double tol = d == DType::float32 ? 1e-5 : 1e-12;
+      EXPECT_TRUE(ktape::testing_util::Close(out[0], want0, {f0, h}, tol, tol)) << dt << backend;
+      EXPECT_TRUE(ktape::testing_util::Close(out[1], want1, {f1, h}, tol, tol)) << dt << backend;
+      const std::string plan = f.describe_plan();
+      EXPECT_EQ(ktape::testing_util::contains(plan, "[and MatMul (5, 23)"),
+                std::string(backend) == "cpu")
+          << dt << " " << backend << "\n"
+          << plan;
+    }
+}
+
+TEST(Function, AProductThatReadsTheOtherIsNotJoinedWithIt) {
+  // c1 = a B and c2 = c1 B share B, but c2 needs c1: they stay two steps, in order.
+  const std::int64_t m = 9, k = 13;
+  const auto a = ramp(m * k, 0.1), b = ramp(k * k, 0.07);
+  const auto c1 = product(a, b, m, k, k), c2 = product(c1, b, m, k, k);
+  const ktape::Tensor x = K::placeholder({K::None, k});
+  const ktape::Tensor B = K::variable(NDArray::from_values(b, {k, k}));
+  const ktape::Tensor y1 = K::dot(x, B);
+  const auto f = K::function({x}, {y1, K::dot(y1, B)}, {}, {.backend = "cpu"});
+  const auto out = f({NDArray::from_values(a, {m, k})});
+  EXPECT_TRUE(ktape::testing_util::Close(out[0], c1, {m, k}, 1e-5, 1e-5));
+  EXPECT_TRUE(ktape::testing_util::Close(out[1], c2, {m, k}, 1e-5, 1e-5));
+  EXPECT_EQ(f.num_steps(), 2u) << f.describe_plan();
+  // Two independent products of B are one step.
+  const ktape::Tensor x2 = K::placeholder({K::None, k});
+  const auto g = K::function({x, x2}, {K::dot(x, B), K::dot(x2, B)}, {}, {.backend = "cpu"});
+  const auto both = g({NDArray::from_values(a, {m, k}), NDArray::from_values(c1, {m, k})});
+  EXPECT_TRUE(ktape::testing_util::Close(both[0], c1, {m, k}, 1e-5, 1e-5));
+  EXPECT_TRUE(ktape::testing_util::Close(both[1], c2, {m, k}, 1e-5, 1e-5));
+  EXPECT_EQ(g.num_steps(), 1u) << g.describe_plan();
+}

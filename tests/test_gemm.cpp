@@ -368,3 +368,111 @@ TEST(Gemm, AScratchTooSmallForTheShapeIsNotOverrun) {
 }
 
 }  // namespace
+
+namespace {
+
+// C_i = A_i B for products sharing B (parallel_gemm_shared_b): each C_i against the long-double
+// oracle, over a NaN-filled C (an overwrite never reads it), with nothing written outside the
+// C_i's elements. Parts whose rows end inside a micro-panel; C_i stored alike or (mixed) every
+// other one in the other order.
+template <class T>
+void check_shared_b(GemmLibrary lib, const std::vector<std::int64_t>& ms, std::int64_t n,
+                    std::int64_t k, bool acm, bool bcm, bool ccm, bool mixed) {
+  const UseLibrary use(lib);
+  std::mt19937 rng(static_cast<unsigned>(n * 7 + k));
+  Stored<T> b(k, n, bcm, rng);
+  std::vector<Stored<T>> as, cs;
+  std::vector<ktape::kernels::GemmPart<T>> parts;
+  for (std::size_t s = 0; s < ms.size(); ++s) {
+    as.emplace_back(ms[s], k, acm, rng);
+    cs.emplace_back(ms[s], n, ccm != (mixed && s % 2 == 1), rng);
+  }
+  std::vector<std::vector<T>> before;
+  for (std::size_t s = 0; s < ms.size(); ++s) {
+    for (std::int64_t i = 0; i < ms[s]; ++i)
+      for (std::int64_t j = 0; j < n; ++j) cs[s].at(i, j) = std::numeric_limits<T>::quiet_NaN();
+    before.push_back(cs[s].buf);
+    parts.push_back({ms[s], as[s].cref(), cs[s].ref()});
+  }
+  std::vector<std::byte> scratch(ktape::kernels::parallel_gemm_shared_b_scratch(
+                                     ms.data(), static_cast<int>(ms.size()), n, k, sizeof(T)) +
+                                 sizeof(T));
+  ktape::kernels::parallel_gemm_shared_b<T>(parts.data(), static_cast<int>(parts.size()), n, k,
+                                            b.cref(), scratch.data() + sizeof(T));
+  for (std::size_t s = 0; s < ms.size(); ++s) {
+    const std::string what =
+        std::string(ktape::kernels::gemm_library_name(lib)) + " part " + std::to_string(s) +
+        " of " + std::to_string(ms.size()) + ", " + std::to_string(ms[s]) + "x" +
+        std::to_string(k) + "x" + std::to_string(n) + (acm ? " A col" : " A row") +
+        (bcm ? " B col" : " B row") + (ccm ? " C col" : " C row") + (mixed ? " mixed" : "");
+    for (std::int64_t i = 0; i < ms[s]; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        long double want = 0, mag = 0;
+        for (std::int64_t p = 0; p < k; ++p) {
+          const long double t = static_cast<long double>(as[s].at(i, p)) * b.at(p, j);
+          want += t;
+          mag += std::fabs(t);
+        }
+        ASSERT_NEAR(static_cast<double>(cs[s].at(i, j)), static_cast<double>(want),
+                    static_cast<double>((k + 1) * std::numeric_limits<T>::epsilon() * mag))
+            << what << " at (" << i << ", " << j << ")";
+      }
+    std::vector<bool> inside(cs[s].buf.size(), false);
+    for (std::int64_t i = 0; i < ms[s]; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        inside[static_cast<std::size_t>(&cs[s].at(i, j) - cs[s].buf.data())] = true;
+    for (std::size_t q = 0; q < cs[s].buf.size(); ++q)
+      if (!inside[q]) {
+        ASSERT_EQ(cs[s].buf[q], before[s][q]) << what << ": wrote outside C at " << q;
+      }
+  }
+}
+
+TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
+  for (GemmLibrary lib : libraries()) {
+    for (int layout = 0; layout < 8; ++layout) {
+      const bool acm = layout & 1, bcm = layout & 2, ccm = layout & 4;
+      // An LSTM's h^T dZ and x^T dZ (hidden 24, features 7) over several depth blocks.
+      check_shared_b<float>(lib, {24, 7}, 96, 530, acm, bcm, ccm, false);
+      check_shared_b<double>(lib, {24, 7}, 96, 530, acm, bcm, ccm, false);
+      // Parts of every size against the micro-panels, an empty one among them; thin outputs.
+      check_shared_b<float>(lib, {33, 0, 1, 40}, 13, 70, acm, bcm, ccm, true);
+      check_shared_b<double>(lib, {5, 17, 3}, 130, 41, acm, bcm, ccm, true);
+      check_shared_b<float>(lib, {130, 70}, 10, 300, acm, bcm, ccm, false);
+    }
+    ktape::kernels::set_gemm_pack_budget(100 << 10);  // one depth block per region
+    check_shared_b<float>(lib, {67, 30}, 45, 1900, false, true, false, true);
+    ktape::kernels::set_gemm_pack_budget(2 << 20);
+  }
+}
+
+TEST(Gemm, ProductsSharingAnOperandSameBitsAtAnyThreadCount) {
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const std::int64_t m0 = 128, m1 = 28, k = 1500, n = 512;
+    std::vector<float> a0(m0 * k), a1(m1 * k), b(k * n);
+    for (auto* v : {&a0, &a1, &b})
+      for (auto& x : *v) x = u(rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 16}) {
+      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                      static_cast<std::size_t>(threads));
+      tbb::task_arena arena(threads);
+      std::vector<float> c((m0 + m1) * n);
+      // A^T stored (k x m): the layout of a loop's stacked h and x.
+      const ktape::kernels::GemmPart<float> parts[] = {
+          {m0, {a0.data(), 1, m0}, {c.data(), n, 1}},
+          {m1, {a1.data(), 1, m1}, {c.data() + m0 * n, n, 1}}};
+      arena.execute([&] {
+        ktape::kernels::parallel_gemm_shared_b<float>(parts, 2, n, k, {b.data(), n, 1});
+      });
+      results.push_back(c);
+    }
+    EXPECT_EQ(results[0], results[1]) << ktape::kernels::gemm_library_name(lib);
+    EXPECT_EQ(results[0], results[2]) << ktape::kernels::gemm_library_name(lib);
+  }
+}
+
+}  // namespace

@@ -272,6 +272,50 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   });
 }
 
+std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,
+                                           std::int64_t k, std::size_t elem_size) {
+  std::size_t bytes = 0;
+  for (int s = 0; s < count; ++s)
+    bytes = std::max(bytes, parallel_gemm_scratch(ms[s], n, k, elem_size));
+#if KTAPE_BLIS
+  if (blis::has_kernels())  // either path may run, as in parallel_gemm_scratch
+    bytes = std::max(bytes, 64 + (elem_size == sizeof(float)
+                                      ? blis::blocked_parts_scratch<float>(ms, count, n, k)
+                                      : blis::blocked_parts_scratch<double>(ms, count, n, k)));
+#endif
+  return bytes;
+}
+
+template <class T>
+void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n, std::int64_t k,
+                            MatRef<const T> b, void* scratch) {
+  if (count < 1 || count > kMaxGemmParts)
+    throw Error("gemm: " + std::to_string(count) + " products sharing an operand (1 to " +
+                std::to_string(kMaxGemmParts) + ")");
+  check_strides("b", b);
+  std::int64_t ms[kMaxGemmParts], m = 0;
+  for (int s = 0; s < count; ++s) {
+    check_strides("a", parts[s].a);
+    check_strides("c", parts[s].c);
+    ms[s] = std::max<std::int64_t>(parts[s].m, 0);
+    m += ms[s];
+  }
+#if KTAPE_BLIS
+  if (count > 1 && n > 0 && use_blocked<T>(m, n, k)) {
+    if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
+      std::size_t space = parallel_gemm_shared_b_scratch(ms, count, n, k, sizeof(T));
+      if (space < 64 + blis::blocked_parts_scratch<T>(ms, count, n, k) ||
+          !std::align(64, space - 64, scratch, space))
+        scratch = nullptr;  // not sized for it: the call allocates
+    }
+    return blis::blocked_parts<T>(parts, count, n, k, b, scratch);
+  }
+#endif
+  (void)m;
+  for (int s = 0; s < count; ++s)
+    parallel_gemm<T>(parts[s].m, n, k, parts[s].a, b, parts[s].c, false, scratch);
+}
+
 GemmLibrary gemm_library() { return current_library(); }
 
 std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
@@ -344,5 +388,9 @@ template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, Mat
 template void parallel_gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                                     MatRef<const double>, MatRef<double>, bool, void*,
                                     const GemmKeep*);
+template void parallel_gemm_shared_b<float>(const GemmPart<float>*, int, std::int64_t, std::int64_t,
+                                            MatRef<const float>, void*);
+template void parallel_gemm_shared_b<double>(const GemmPart<double>*, int, std::int64_t,
+                                             std::int64_t, MatRef<const double>, void*);
 
 }  // namespace ktape::kernels

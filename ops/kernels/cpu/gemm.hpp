@@ -11,6 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "engine/dtype.hpp"
+#include "engine/kernel_abi.hpp"
+
 namespace ktape::kernels {
 
 template <class T>
@@ -80,6 +83,29 @@ template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr,
                    const GemmKeep* keep = nullptr);
+
+// Products that share their right operand, C_i = A_i B (C_i m_i x n, A_i m_i x k; up to
+// kMaxGemmParts): the weight gradients a loop hoists over one stacked gradient (h^T dZ and
+// x^T dZ). With BLIS's kernels, one blocked product whose packs of B serve every part (B is
+// read and packed once, not once per product); otherwise each as parallel_gemm runs it. Every
+// C_i is the same bits at any thread count. `scratch` holds
+// parallel_gemm_shared_b_scratch(...) bytes aligned for T, or is null and the call allocates.
+constexpr int kMaxGemmParts = 4;
+template <class T>
+struct GemmPart {
+  std::int64_t m;
+  MatRef<const T> a;
+  MatRef<T> c;
+};
+template <class T>
+void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n, std::int64_t k,
+                            MatRef<const T> b, void* scratch = nullptr);
+std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,
+                                           std::int64_t k, std::size_t elem_size);
+// The cpu kernel of two MatMul nodes sharing their right operand (OpDef::pair): in = the first
+// node's (a0, b), the second's (a1, b), then its output; out = the first's output. Null for a
+// dtype without one.
+KernelFn matmul_shared_b_kernel(DType dtype);
 
 // The tiled split of parallel_gemm, a function of the shape alone (never of the thread count: a
 // tile's sums depend on its extent in both libraries, so the same inputs give the same bits at

@@ -206,13 +206,32 @@ DepthBlocks depth_blocks(std::int64_t k, std::int64_t kc) {
   return {count, ceil_div(k, count)};
 }
 
-// The product as the micro-kernel sees it: C's unit stride along its preferred direction.
+// The product as the micro-kernel sees it: C's unit stride along its preferred direction. Its
+// rows (axis 0) or its columns (axis 1) are cut into parts, each with its own rows of A (or
+// columns of B) and its own C, the other operand shared by all (GemmPart: weight gradients that
+// share one stacked gradient). A plain product is one part. The micro-panels run on across the
+// parts as if they were one matrix: a panel may take its rows from two parts.
 template <class T>
 struct Problem {
-  std::int64_t m, n, k;
-  MatRef<const T> a, b;
-  MatRef<T> c;
+  std::int64_t m, n, k;    // m, n: totals over the parts
+  MatRef<const T> shared;  // B (axis 0) or A (axis 1)
+  int axis = 0, count = 1;
+  std::int64_t len[kMaxGemmParts] = {};    // each part's rows (axis 0) or columns (axis 1)
+  MatRef<const T> op[kMaxGemmParts] = {};  // each part's A (axis 0) or B (axis 1)
+  MatRef<T> c[kMaxGemmParts] = {};
+  // Each part's first row (axis 0) or column (axis 1); off[count] = m (axis 0) or n.
+  std::int64_t off[kMaxGemmParts + 1] = {};
 };
+
+template <class T>
+Problem<T> single(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
+                  MatRef<const T> b, MatRef<T> c) {
+  Problem<T> p{m, n, k, b};
+  p.len[0] = m;
+  p.op[0] = a;
+  p.c[0] = c;
+  return p;
+}
 
 // Whether the kernel writes C in place: C's unit stride along its preferred direction. Otherwise,
 // and for edge tiles, it fills a temporary tile that is then added into C (tile_into).
@@ -235,18 +254,41 @@ double ukr_work(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t 
 // C as it is, or C^T = B^T A^T: whichever costs the kernel less. A row-major C is turned for a
 // kernel that writes columns, unless the turn wastes tiles: a thin output (128 x 10) keeps its
 // long side along MR (32 rows for skx), where turned its 10 rows would fill a third of each
-// tile. The choice depends on the shape and the strides alone.
+// tile. The choice depends on the shape and the strides alone (of the first part's C).
 template <class T>
-bool turns(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> c) {
+bool turns(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k, MatRef<T> c) {
   return ukr_work(u, n, m, k, writes_in_place(u, c.cs, c.rs)) <
          ukr_work(u, m, n, k, writes_in_place(u, c.rs, c.cs));
 }
 
+// The problem turned when that costs less, with its parts placed along their axis.
 template <class T>
 Problem<T> oriented(const Micro<T>& u, Problem<T> p) {
-  if (turns(u, p.m, p.n, p.k, MatRef<const T>{p.c.p, p.c.rs, p.c.cs}))
-    return {p.n, p.m, p.k, p.b.t(), p.a.t(), p.c.t()};
+  if (turns(u, p.m, p.n, p.k, p.c[0])) {
+    std::swap(p.m, p.n);
+    p.axis = 1 - p.axis;
+    p.shared = p.shared.t();
+    for (int s = 0; s < p.count; ++s) {
+      p.op[s] = p.op[s].t();
+      p.c[s] = p.c[s].t();
+    }
+  }
+  p.off[0] = 0;
+  for (int s = 0; s < p.count; ++s) p.off[s + 1] = p.off[s] + p.len[s];
   return p;
+}
+
+// Calls f(part, first, count, at) for each part that elements [g0, g1) along the parts' axis
+// reach into: `count` of them from the part's element `first` on, `at` into the range.
+template <class T, class F>
+void for_parts(const Problem<T>& p, std::int64_t g0, std::int64_t g1, F&& f) {
+  int s = 0;
+  while (g0 >= p.off[s + 1]) ++s;
+  for (std::int64_t g = g0; g < g1; ++s) {
+    const std::int64_t e = std::min(g1, p.off[s + 1]);
+    if (e > g) f(s, g - p.off[s], e - g, g - g0);
+    g = e;
+  }
 }
 
 // Transposes of small blocks: d[j * ld + i] = s[i * ls + j] for an R x C block of s.
@@ -329,16 +371,17 @@ std::int64_t transpose_rows(const T* src, std::int64_t rs, std::int64_t r0, std:
 }
 
 // Rows [0, rows) and depths [0, kc) of a panel's source (element (r, p) at src[r * rs + p * cs])
-// into BLIS's packed micro-panel: element (r, p) at dst[p * packmr + r], rows past `rows` zero.
+// into BLIS's packed micro-panel: element (r, p) at dst[p * packmr + r], rows [rows, fill) zero.
+// (A panel whose rows come from two parts is packed a part at a time, dst offset by its rows.)
 template <class T>
 void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
-                std::int64_t packmr, T* dst) {
+                std::int64_t packmr, std::int64_t fill, T* dst) {
   if (rs == 1) {  // a column of the panel is contiguous
     for (std::int64_t p = 0; p < kc; ++p) {
       const T* s = src + p * cs;
       T* d = dst + p * packmr;
       for (std::int64_t r = 0; r < rows; ++r) d[r] = s[r];
-      for (std::int64_t r = rows; r < packmr; ++r) d[r] = T(0);
+      for (std::int64_t r = rows; r < fill; ++r) d[r] = T(0);
     }
     return;
   }
@@ -348,7 +391,7 @@ void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t row
   r0 = transpose_rows<B / 2>(src, rs, r0, rows, kc, packmr, dst);
   for (std::int64_t p = 0; p < kc; ++p) {
     for (std::int64_t r = r0; r < rows; ++r) dst[p * packmr + r] = src[r * rs + p * cs];
-    for (std::int64_t r = rows; r < packmr; ++r) dst[p * packmr + r] = T(0);
+    for (std::int64_t r = rows; r < fill; ++r) dst[p * packmr + r] = T(0);
   }
 }
 
@@ -404,10 +447,10 @@ struct Layout {
 };
 
 template <class T>
-Layout<T> layout(const Micro<T>& u, std::int64_t m, std::int64_t n, std::int64_t k) {
+Layout<T> layout(const Micro<T>& u, std::int64_t mp, std::int64_t np, std::int64_t k) {
   Layout<T> l;
-  l.mp = ceil_div(m, u.mr);
-  l.np = ceil_div(n, u.nr);
+  l.mp = mp;
+  l.np = np;
   l.blocks = depth_blocks(k, u.kc);
   l.ps_a = panel_stride<T>(u.packmr, l.blocks.depth);
   l.ps_b = panel_stride<T>(u.packnr, l.blocks.depth);
@@ -477,7 +520,7 @@ void tile_into(const T* t, std::int64_t trs, std::int64_t tcs, std::int64_t m, s
 template <class T>
 void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch, Kept<T> ka,
                  Kept<T> kb, bool one_task) {
-  const Layout<T> l = layout(u, p.m, p.n, p.k);
+  const Layout<T> l = layout(u, ceil_div(p.m, u.mr), ceil_div(p.n, u.nr), p.k);
   const std::int64_t mp = l.mp, np = l.np, depth = l.blocks.depth;
   T* const packs = reinterpret_cast<T*>(scratch);
   std::uint8_t* const states = reinterpret_cast<std::uint8_t*>(packs + l.group * l.per_block);
@@ -490,7 +533,23 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
   cntx_t* const cntx = kernels().cntx;
   T one(1), zero(0);
-  const bool in_place = writes_in_place(u, p.c.rs, p.c.cs);
+  bool in_place[kMaxGemmParts];
+  for (int s = 0; s < p.count; ++s) in_place[s] = writes_in_place(u, p.c[s].rs, p.c[s].cs);
+  // Packs micro-panel i of the oriented A (side 0) or B (side 1) for depths [k0, k0 + kc): from
+  // the shared operand, or a part at a time along the parts' axis.
+  auto pack = [&](int side, std::int64_t i, std::int64_t k0, std::int64_t kc, T* dst) {
+    const std::int64_t width = side == 0 ? u.mr : u.nr, packw = side == 0 ? u.packmr : u.packnr;
+    const std::int64_t g0 = i * width, g1 = std::min(g0 + width, side == 0 ? p.m : p.n);
+    auto from = [&](MatRef<const T> o, std::int64_t first, std::int64_t count, std::int64_t at) {
+      const std::int64_t along = side == 0 ? o.rs : o.cs, deep = side == 0 ? o.cs : o.rs;
+      const std::int64_t fill = at + count == g1 - g0 ? packw - at : count;
+      pack_panel(o.p + first * along + k0 * deep, along, deep, count, kc, packw, fill, dst + at);
+    };
+    if (side != p.axis) return from(p.shared, g0, g1 - g0, 0);
+    for_parts(p, g0, g1, [&](int s, std::int64_t first, std::int64_t count, std::int64_t at) {
+      from(p.op[s], first, count, at);
+    });
+  };
   // The temporary tile, laid out as the kernel prefers.
   const std::int64_t tile_rs = u.prefers_rows ? u.nr : 1, tile_cs = u.prefers_rows ? 1 : u.mr;
 
@@ -520,19 +579,11 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
         std::uint8_t* const sb = sa + mp;
         auto pack_a = [&](std::int64_t i) {
           if (ka.ready) return;
-          ensure_packed(sa[i], [&] {
-            const std::int64_t r0 = i * u.mr;
-            pack_panel(p.a.p + r0 * p.a.rs + k0 * p.a.cs, p.a.rs, p.a.cs, std::min(u.mr, p.m - r0),
-                       kc, u.packmr, pa + i * l.ps_a);
-          });
+          ensure_packed(sa[i], [&] { pack(0, i, k0, kc, pa + i * l.ps_a); });
         };
         auto pack_b = [&](std::int64_t j) {
           if (kb.ready) return;
-          ensure_packed(sb[j], [&] {
-            const std::int64_t c0 = j * u.nr;
-            pack_panel(p.b.p + k0 * p.b.rs + c0 * p.b.cs, p.b.cs, p.b.rs, std::min(u.nr, p.n - c0),
-                       kc, u.packnr, pb + j * l.ps_b);
-          });
+          ensure_packed(sb[j], [&] { pack(1, j, k0, kc, pb + j * l.ps_b); });
         };
         T beta(acc || blk > 0 ? 1 : 0);
         // Tasks that share panels start on different ones: a task's place in the other
@@ -552,15 +603,30 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
               const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
               bli_auxinfo_set_next_a(pa + (i + 1 < ib1 ? i + 1 : ib0) * l.ps_a, &aux);
               bli_auxinfo_set_next_b(b_panel, &aux);
-              T* const c_tile = p.c.p + r0 * p.c.rs + c0 * p.c.cs;
-              if (in_place && mrr == u.mr && nc == u.nr) {
-                u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta, c_tile, p.c.rs, p.c.cs,
-                      &aux, cntx);
-              } else {
-                u.ukr(u.mr, u.nr, kc, &one, pa + i * l.ps_a, b_panel, &zero, tile, tile_rs, tile_cs,
-                      &aux, cntx);
-                tile_into(tile, tile_rs, tile_cs, mrr, nc, beta != T(0), c_tile, p.c.rs, p.c.cs);
+              // The tile's C: one part's, or (a tile across parts) each part's share of it.
+              const std::int64_t g0 = p.axis == 0 ? r0 : c0, g1 = g0 + (p.axis == 0 ? mrr : nc);
+              int s = 0;
+              while (g0 >= p.off[s + 1]) ++s;
+              const MatRef<T>& c = p.c[s];
+              if (in_place[s] && mrr == u.mr && nc == u.nr && g1 <= p.off[s + 1]) {
+                const std::int64_t lr = p.axis == 0 ? r0 - p.off[s] : r0,
+                                   lc = p.axis == 0 ? c0 : c0 - p.off[s];
+                u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta,
+                      c.p + lr * c.rs + lc * c.cs, c.rs, c.cs, &aux, cntx);
+                continue;
               }
+              u.ukr(u.mr, u.nr, kc, &one, pa + i * l.ps_a, b_panel, &zero, tile, tile_rs, tile_cs,
+                    &aux, cntx);
+              for_parts(
+                  p, g0, g1, [&](int q, std::int64_t first, std::int64_t count, std::int64_t at) {
+                    const MatRef<T>& cq = p.c[q];
+                    if (p.axis == 0)
+                      tile_into(tile + at * tile_rs, tile_rs, tile_cs, count, nc, beta != T(0),
+                                cq.p + first * cq.rs + c0 * cq.cs, cq.rs, cq.cs);
+                    else
+                      tile_into(tile + at * tile_cs, tile_rs, tile_cs, mrr, count, beta != T(0),
+                                cq.p + r0 * cq.rs + first * cq.cs, cq.rs, cq.cs);
+                  });
             }
           }
         }
@@ -599,39 +665,55 @@ void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, M
 template <class T>
 std::int64_t micro_tiles(std::int64_t m, std::int64_t n) {
   const Micro<T>& u = micro<T>();
-  const Problem<T> p = oriented(
-      u,
-      Problem<T>{
-          m, n, 1, {nullptr, 1, 1}, {nullptr, 1, 1}, {nullptr, std::max<std::int64_t>(n, 2), 1}});
+  const Problem<T> p = oriented(u, single<T>(m, n, 1, {nullptr, 1, 1}, {nullptr, 1, 1},
+                                             {nullptr, std::max<std::int64_t>(n, 2), 1}));
   return ceil_div(p.m, u.mr) * ceil_div(p.n, u.nr);
 }
 
+namespace {
+
+// Scratch for a problem with parts of these lengths along its rows (panels run on across parts),
+// in either orientation (C's strides decide it), and a tail the micro-kernels may read into (they
+// load the next step's A or B before testing the loop's end: up to MR or NR values past the last
+// panel).
+template <class T>
+std::size_t parts_scratch(const std::int64_t* ms, int count, std::int64_t n, std::int64_t k) {
+  const Micro<T>& u = micro<T>();
+  std::int64_t m = 0;
+  for (int s = 0; s < count; ++s) m += std::max<std::int64_t>(ms[s], 0);
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  return std::max(layout(u, ceil_div(m, u.mr), ceil_div(n, u.nr), k).bytes(),
+                  layout(u, ceil_div(n, u.mr), ceil_div(m, u.nr), k).bytes()) +
+         kTail;
+}
+
+// Scratch of `bytes` (or null: allocated here into `own`), 64-byte aligned.
+std::byte* scratch_or_own(void* scratch, std::size_t bytes, std::unique_ptr<std::byte[]>& own) {
+  if (scratch != nullptr) return static_cast<std::byte*>(scratch);
+  std::size_t space = bytes + 64;
+  own.reset(new std::byte[space]);
+  void* p = own.get();
+  return static_cast<std::byte*>(std::align(64, bytes, p, space));
+}
+
+}  // namespace
+
 template <class T>
 std::size_t blocked_scratch(std::int64_t m, std::int64_t n, std::int64_t k) {
-  if (m <= 0 || n <= 0 || k <= 0) return 0;
-  const Micro<T>& u = micro<T>();
-  // Either orientation (C's strides decide it): the larger, and a tail the micro-kernels may read
-  // into (they load the next step's A or B before testing the loop's end: up to MR or NR values
-  // past the last panel).
-  return std::max(layout(u, m, n, k).bytes(), layout(u, n, m, k).bytes()) + kTail;
+  return parts_scratch<T>(&m, 1, n, k);
 }
 
 template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
              MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep, bool one_task) {
   const Micro<T>& u = micro<T>();
-  const bool turned = turns(u, m, n, k, MatRef<const T>{c.p, c.rs, c.cs});
-  const Problem<T> p = oriented(u, Problem<T>{m, n, k, a, b, c});
+  const Problem<T> p = oriented(u, single(m, n, k, a, b, c));
+  const bool turned = p.axis == 1;
   std::unique_ptr<std::byte[]> own;
-  if (scratch == nullptr) {
-    std::size_t bytes = blocked_scratch<T>(m, n, k) + 64;
-    own.reset(new std::byte[bytes]);
-    scratch = own.get();
-    std::align(64, bytes - 64, scratch, bytes);
-  }
+  std::byte* const work = scratch_or_own(scratch, blocked_scratch<T>(m, n, k), own);
   // Kept packs of the oriented A and B: usable when big enough; ready when packed from the same
   // operand in the same run.
-  const Layout<T> l = layout(u, p.m, p.n, p.k);
+  const Layout<T> l = layout(u, ceil_div(p.m, u.mr), ceil_div(p.n, u.nr), p.k);
   auto kept = [&](GemmPackCache* cache, const T* source, std::int64_t elems) {
     Kept<T> r;
     if (!keep || !cache || !cache->data ||
@@ -643,26 +725,58 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
   };
   GemmPackCache* const cache_a = keep ? (turned ? keep->b : keep->a) : nullptr;
   GemmPackCache* const cache_b = keep ? (turned ? keep->a : keep->b) : nullptr;
-  const Kept<T> ka = kept(cache_a, p.a.p, l.blocks.count * l.mp * l.ps_a);
-  const Kept<T> kb = kept(cache_b, p.b.p, l.blocks.count * l.np * l.ps_b);
-  run_blocked(u, p, accumulate, static_cast<std::byte*>(scratch), ka, kb, one_task);
+  const T* const oriented_a = turned ? p.shared.p : p.op[0].p;
+  const T* const oriented_b = turned ? p.op[0].p : p.shared.p;
+  const Kept<T> ka = kept(cache_a, oriented_a, l.blocks.count * l.mp * l.ps_a);
+  const Kept<T> kb = kept(cache_b, oriented_b, l.blocks.count * l.np * l.ps_b);
+  run_blocked(u, p, accumulate, work, ka, kb, one_task);
   if (ka.data) {
-    cache_a->source = p.a.p;
+    cache_a->source = oriented_a;
     cache_a->run = keep->run;
   }
   if (kb.data) {
-    cache_b->source = p.b.p;
+    cache_b->source = oriented_b;
     cache_b->run = keep->run;
   }
+}
+
+template <class T>
+std::size_t blocked_parts_scratch(const std::int64_t* ms, int count, std::int64_t n,
+                                  std::int64_t k) {
+  return parts_scratch<T>(ms, count, n, k);
+}
+
+template <class T>
+void blocked_parts(const GemmPart<T>* parts, int count, std::int64_t n, std::int64_t k,
+                   MatRef<const T> b, void* scratch) {
+  const Micro<T>& u = micro<T>();
+  Problem<T> q{0, n, k, b};
+  q.count = 0;
+  std::int64_t ms[kMaxGemmParts];
+  for (int s = 0; s < count; ++s) {
+    ms[s] = parts[s].m;
+    if (parts[s].m <= 0) continue;
+    q.m += parts[s].m;
+    q.len[q.count] = parts[s].m;
+    q.op[q.count] = parts[s].a;
+    q.c[q.count] = parts[s].c;
+    ++q.count;
+  }
+  if (q.count == 0 || n <= 0) return;
+  const Problem<T> p = oriented(u, q);
+  std::unique_ptr<std::byte[]> own;
+  run_blocked(u, p, false, scratch_or_own(scratch, parts_scratch<T>(ms, count, n, k), own), {}, {},
+              false);
 }
 
 template <class T>
 std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const Micro<T>& u = micro<T>();
-  const MatRef<const T> c{nullptr, std::max<std::int64_t>(n, 2), 1};
-  const bool turned = turns(u, m, n, k, c);
-  const Layout<T> l = turned ? layout(u, n, m, k) : layout(u, m, n, k);
+  const Problem<T> p = oriented(u, single<T>(m, n, k, {nullptr, 1, 1}, {nullptr, 1, 1},
+                                             {nullptr, std::max<std::int64_t>(n, 2), 1}));
+  const bool turned = p.axis == 1;
+  const Layout<T> l = layout(u, ceil_div(p.m, u.mr), ceil_div(p.n, u.nr), k);
   const bool as_a = (which == 0) != turned;  // the operand is the oriented A
   return static_cast<std::size_t>(l.blocks.count * (as_a ? l.mp * l.ps_a : l.np * l.ps_b)) *
              sizeof(T) +
@@ -677,7 +791,11 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
   template void blocked<T>(std::int64_t, std::int64_t, std::int64_t, MatRef<const T>,       \
                            MatRef<const T>, MatRef<T>, bool, void*, const GemmKeep*, bool); \
   template std::size_t kept_bytes<T>(std::int64_t, std::int64_t, std::int64_t, int);        \
-  template bool blocked_available<T>();
+  template bool blocked_available<T>();                                                     \
+  template std::size_t blocked_parts_scratch<T>(const std::int64_t*, int, std::int64_t,     \
+                                                std::int64_t);                              \
+  template void blocked_parts<T>(const GemmPart<T>*, int, std::int64_t, std::int64_t,       \
+                                 MatRef<const T>, void*);
 KTAPE_INSTANTIATE(float)
 KTAPE_INSTANTIATE(double)
 #undef KTAPE_INSTANTIATE

@@ -34,6 +34,14 @@ template <class T>
 void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
              MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep = nullptr,
              bool one_task = false);
+// C_i = A_i B for products sharing B (GemmPart), as one blocked product: each depth block's
+// panels of B are packed once for all of them. A part's rows start new micro-panels.
+template <class T>
+std::size_t blocked_parts_scratch(const std::int64_t* ms, int count, std::int64_t n,
+                                  std::int64_t k);
+template <class T>
+void blocked_parts(const GemmPart<T>* parts, int count, std::int64_t n, std::int64_t k,
+                   MatRef<const T> b, void* scratch);
 // The bytes of every depth block's packs of operand `which` (0: a, 1: b), for a row-major C
 // (gemm_pack_cache_bytes).
 template <class T>

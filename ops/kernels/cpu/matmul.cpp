@@ -35,6 +35,29 @@ void matmul_kernel(const KernelCall& c) {
                    c.ctx ? &keep : nullptr);
 }
 
+// Two MatMul nodes with the same attributes and right operand (see matmul_shared_b_kernel).
+template <class T>
+void matmul_shared_b(const KernelCall& c) {
+  const auto matmul_attrs = attrs::MatMul::of(*c.attrs);
+  const ArrayRef& b = c.in[1];
+  const std::int64_t b_cols = b.dims[b.ndim - 1];
+  MatRef<const T> B = row_major<const T>(ptr<T>(b), b_cols);
+  if (matmul_attrs.tb) B = B.t();
+  GemmPart<T> parts[2];
+  std::int64_t n = 0, k = 0;
+  for (int i = 0; i < 2; ++i) {
+    const ArrayRef& a = c.in[2 * i];
+    const ArrayRef& out = i == 0 ? c.out : c.in[4];
+    n = out.dims[out.ndim - 1];
+    const std::int64_t a_cols = a.dims[a.ndim - 1];
+    k = matmul_attrs.ta ? leading_rows(a) : a_cols;
+    MatRef<const T> A = row_major<const T>(ptr<T>(a), a_cols);
+    if (matmul_attrs.ta) A = A.t();
+    parts[i] = {leading_rows(out), A, row_major(static_cast<T*>(out.data), n)};
+  }
+  parallel_gemm_shared_b<T>(parts, 2, n, k, B, c.scratch);
+}
+
 template <class T>
 void sparse_matmul_kernel(const KernelCall& c) {
   const double per_column = static_cast<double>(c.in[1].size + c.out.dims[0]);
@@ -44,6 +67,12 @@ void sparse_matmul_kernel(const KernelCall& c) {
 }
 
 }  // namespace
+
+KernelFn matmul_shared_b_kernel(DType dtype) {
+  return dtype == DType::float32   ? &matmul_shared_b<float>
+         : dtype == DType::float64 ? &matmul_shared_b<double>
+                                   : nullptr;
+}
 
 void register_cpu_matmul(Backend& b) {
   b.set(Op::MatMul, DType::float32, &matmul_kernel<float>);
