@@ -296,12 +296,14 @@ Sequences hoist(const ScanSpec& spec, const std::vector<Tensor>& results) {
 // Values the reverse pass reads instead of recomputing them: each costly op of the loop's state
 // and statics (the recurrent projection h . U), each per-step value of an op whose gradient
 // reads its output (the gates' sigmoids and tanhs: the reverse pass then runs none of the
-// forward cell), and every random draw (the reverse pass must see the very values the forward
-// step drew). They become extra per-step outputs.
+// forward cell's GEMMs) unless it is of a new state alone, and every random draw (the reverse pass
+// must see the very values the forward step drew). They become extra per-step outputs.
 void store_residuals(ScanBody& body, const std::vector<Tensor>& carry_params, std::size_t n_seq,
                      DType dt, const std::string& who) {
-  std::unordered_set<Node*> carries, statics, varying;
+  std::unordered_set<Node*> carries, statics, varying, new_carries;
   for (const auto& t : carry_params) carries.insert(t.node_ptr().get());
+  for (std::size_t k = 0; k < carry_params.size(); ++k)
+    new_carries.insert(body.results[static_cast<std::size_t>(body.n_out) + k].node_ptr().get());
   for (std::size_t i = n_seq + carry_params.size(); i < body.params.size(); ++i)
     statics.insert(body.params[i].node_ptr().get());
   for (std::size_t i = 0; i < n_seq + carry_params.size(); ++i)
@@ -322,7 +324,13 @@ void store_residuals(ScanBody& body, const std::vector<Tensor>& carry_params, st
       varies = varies || varying.count(i) > 0;
     }
     if (varies) varying.insert(m);
-    if ((state_only && reads_carry) || (def.store_in_loops && varies && m->dtype == dt))
+    // Of a new state (an LSTM's tanh(c_t)): the reverse pass recomputes it from that state,
+    // which it rebuilds from values it reads anyway (c_t = f c_{t-1} + i g), rather than read
+    // it back from memory.
+    const bool of_new_state =
+        m->inputs.size() == 1 && new_carries.count(m->inputs[0].node_ptr().get()) > 0;
+    if ((state_only && reads_carry) ||
+        (def.store_in_loops && varies && m->dtype == dt && !of_new_state))
       found.push_back(m);
     if (def.random) {
       if (m->dtype != dt)
