@@ -46,7 +46,7 @@ class Compiler {
     build_values(order);
     build_steps();
     if (r_.fuse && r_.backend.fuse_elementwise) fuse();
-    pair_steps();
+    if (r_.fuse) pair_steps();
     if (r_.backend.fuse_elementwise) commit_in_place();
     lock_variables();
     plan_arena();
@@ -291,10 +291,12 @@ class Compiler {
 
   // 3c. Joint steps: a step of an op with a pair hook (OpDef::pair) that reads the same data as
   // an earlier step of that op through its pair_input runs as one step with it (the nearest such
-  // step), at the earlier one's place, when the hook gives a kernel and nothing the later one
-  // reads is written from that place on. The later step's output becomes the joint step's extra
+  // step, at most kPairReach back), at the earlier one's place, when the hook gives a kernel and
+  // nothing the later one reads is written from that place on. Not in an unfused plan (the
+  // one-kernel-per-node oracle). The later step's output becomes the joint step's extra
   // output (written from the earlier place on) and its last input.
   void pair_steps() {
+    constexpr std::size_t kPairReach = 16;  // steps back
     auto& steps = p_.steps;
     auto pairable = [&](const Step& st) {
       if (st.fused || !st.node || st.out < 0 || val(st.out).node != st.node) return false;
@@ -329,7 +331,9 @@ class Compiler {
       if (!pairable(later)) continue;
       const OpDef& def = op_def(later.node->op);
       const auto shared = static_cast<std::size_t>(def.pair_input);
-      for (std::size_t s1 = s2; s1-- > 0;) {  // the nearest first: the later output lives least
+      // The nearest first (the later output lives least), and only near: a joint step far back
+      // would hold the later output's buffer all the way.
+      for (std::size_t s1 = s2; s1-- > 0 && s2 - s1 <= kPairReach;) {
         Step& first = steps[s1];
         if (gone[s1] || joined[s1] || !pairable(first) || first.node->op != later.node->op ||
             first.node->dtype != later.node->dtype ||

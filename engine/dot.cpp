@@ -73,12 +73,14 @@ std::string plan_dot(const Plan& p) {
     const Value& o = p.values[static_cast<std::size_t>(s.out)];
     std::string label = std::to_string(si) + ": " + op_name(s.node->op);
     if (s.fused) label += " [fused, " + std::to_string(s.fused->instrs.size()) + " kernels]";
+    if (!s.fused && !s.extra_outs.empty()) label += " [joint]";  // OpDef::pair
     label += '\n';
     label += o.shape.str() + " " + std::string(dtype_name(o.dtype)) + "\n" + s.node->name;
     out += "  s" + std::to_string(si) + " [label=\"" + escape(label) + "\", shape=box];\n";
     for (int in : s.in_values) {
       const int root = p.values[static_cast<std::size_t>(in)].root;
       auto w = writer.find(root);
+      if (w != writer.end() && w->second == static_cast<int>(si)) continue;  // its own output
       if (w != writer.end() && w->second < static_cast<int>(si)) {
         out += "  s" + std::to_string(w->second) + " -> s" + std::to_string(si) + ";\n";
         continue;

