@@ -118,6 +118,16 @@ std::vector<Big> big_cases() {
                           {.strides = {2, 2}, .padding = "same", .data_format = "channels_first"});
        },
        {normal({2, 12, 23, 21}, 82), normal({5, 4, 12, 20}, 83, 0.2)}},
+      // Few input channels (window cells x channels <= 16): the kernel gradient's thin path,
+      // with output channels a whole number of registers and not.
+      {"conv2d_thin_1ch",
+       [](const V& v) { return K::conv2d(v[0], v[1]); },
+       {normal({4, 27, 26, 1}, 86), normal({3, 3, 1, 32}, 87, 0.2)}},
+      {"conv2d_thin_16_cells_strided",
+       [](const V& v) {
+         return K::conv2d(v[0], v[1], {.strides = {2, 1}, .padding = "same"});
+       },
+       {normal({3, 25, 22, 4}, 88), normal({2, 2, 4, 21}, 89, 0.2)}},
       {"pool_max_cl",
        [](const V& v) {
          return K::pool2d(v[0], {3, 3}, {.strides = {2, 2}, .padding = "same"});

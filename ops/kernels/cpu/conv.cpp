@@ -116,24 +116,47 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
     return;
   }
   // Forward, channels_last: the cells of one kernel row (the last spatial dim) read a run of
-  // input pixels; with dilation 1 the part inside the input is one contiguous copy.
+  // input pixels; with dilation 1 the part inside the input is one contiguous copy. The rows'
+  // coordinates advance one pixel at a time, and the outer cells' offsets come from a table made
+  // once: with a first layer's one to three channels a row copies a few values per cell, and
+  // divisions per row and cell cost more than the copies.
   const std::int64_t kl = g.k[last], dl = g.d[last], ch = sl.ch;
   const std::int64_t outer_cells = g.k_count / kl;
   std::int64_t stride[3];
   stride[last] = 1;
   for (int i = last - 1; i >= 0; --i) stride[i] = stride[i + 1] * g.in[i + 1];
+  constexpr std::int64_t kTable = 64;
+  std::int64_t koff[kTable][2] = {};  // per outer cell, its offset along each outer dim
+  const bool table = outer_cells <= kTable && last <= 2;
+  auto outer_offset = [&](std::int64_t oc, int d) {
+    if (table) return koff[oc][d];
+    std::int64_t rest = oc;
+    for (int e = last - 1; e > d; --e) rest /= g.k[e];
+    return (rest % g.k[d]) * g.d[d];
+  };
+  if (table)
+    for (std::int64_t oc = 0; oc < outer_cells; ++oc) {
+      std::int64_t rest = oc;
+      for (int d = last - 1; d >= 0; --d) {
+        koff[oc][d] = (rest % g.k[d]) * g.d[d];
+        rest /= g.k[d];
+      }
+    }
+  unflatten(p0, r, ext, from);
   for (std::int64_t i = 0; i < rows; ++i) {
-    unflatten(p0 + i, r, ext, from);
     T* out = col + i * cols;
+    const std::int64_t start = from[last] * g.s[last] - g.pb[last];
+    // Cells j in [lo, hi) land inside: start + j*dl in [0, in).
+    const std::int64_t lo = start < 0 ? std::min(kl, (-start + dl - 1) / dl) : 0;
+    const std::int64_t hi = std::max(
+        lo, std::min(kl, (g.in[last] - 1 - start) < 0 ? std::int64_t{0}
+                                                      : (g.in[last] - 1 - start) / dl + 1));
     for (std::int64_t oc = 0; oc < outer_cells; ++oc, out += kl * ch) {
       // The outer dims' input coordinates; outside the input: the whole run is zero.
       std::int64_t base = 0;
       bool inside = true;
-      std::int64_t rest = oc;
       for (int d = last - 1; d >= 0; --d) {
-        const std::int64_t kd = rest % g.k[d];
-        rest /= g.k[d];
-        const std::int64_t v = from[d] * g.s[d] - g.pb[d] + kd * g.d[d];
+        const std::int64_t v = from[d] * g.s[d] - g.pb[d] + outer_offset(oc, d);
         inside = inside && v >= 0 && v < g.in[d];
         base += v * stride[d];
       }
@@ -141,12 +164,6 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
         zero_n(out, kl * ch);
         continue;
       }
-      const std::int64_t start = from[last] * g.s[last] - g.pb[last];
-      // Cells j in [lo, hi) land inside: start + j*dl in [0, in).
-      const std::int64_t lo = start < 0 ? std::min(kl, (-start + dl - 1) / dl) : 0;
-      const std::int64_t hi = std::max(
-          lo, std::min(kl, (g.in[last] - 1 - start) < 0 ? std::int64_t{0}
-                                                        : (g.in[last] - 1 - start) / dl + 1));
       if (lo > 0) zero_n(out, lo * ch);
       if (hi < kl) zero_n(out + hi * ch, (kl - hi) * ch);
       const T* in = img + (base + start) * ch;
@@ -156,6 +173,7 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
         for (std::int64_t j = lo; j < hi; ++j) copy_n(out + j * ch, in + j * dl * ch, ch);
       }
     }
+    for (int d = last; d >= 0 && ++from[d] == ext[d]; --d) from[d] = 0;  // the next pixel
   }
 }
 
@@ -201,6 +219,43 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
     gemm<T>(rows, out_cols, cols, row_major(col, cols), row_major(m, out_cols), y, false,
             gemm_scratch, gemm_bytes);
   }
+}
+
+// A thin kernel gradient (a first layer's few input channels, cols <= kDirectCols): acc
+// (cols x out_cols) += col^T dY for a channels_last tile, row by row, with one register of
+// output channels per window cell (a GEMM of 9 rows would cost far more in packing than in
+// arithmetic: 19 GFLOP/s for the CNN's first layer at batch 128). Each element sums its rows in
+// order.
+template <class T, int C>
+void thin_filter_tile(const T* col, const T* dy, std::int64_t rows, std::int64_t out_cols, T* acc) {
+  constexpr std::int64_t kBlock = 64 / sizeof(T);
+  using Block = Eigen::Matrix<T, 1, kBlock>;
+  std::int64_t o0 = 0;
+  for (; o0 + kBlock <= out_cols; o0 += kBlock) {
+    Block a[C];
+    for (int j = 0; j < C; ++j) a[j] = Eigen::Map<const Block>(acc + j * out_cols + o0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const Block d = Eigen::Map<const Block>(dy + r * out_cols + o0);
+      const T* cr = col + r * C;
+      for (int j = 0; j < C; ++j) a[j].noalias() += cr[j] * d;
+    }
+    for (int j = 0; j < C; ++j) Eigen::Map<Block>(acc + j * out_cols + o0) = a[j];
+  }
+  for (std::int64_t o = o0; o < out_cols; ++o)
+    for (int j = 0; j < C; ++j) {
+      T v = acc[j * out_cols + o];
+      for (std::int64_t r = 0; r < rows; ++r) v += col[r * C + j] * dy[r * out_cols + o];
+      acc[j * out_cols + o] = v;
+    }
+}
+
+template <class T, int C = 1>
+void thin_filter(const T* col, std::int64_t cols, const T* dy, std::int64_t rows,
+                 std::int64_t out_cols, T* acc) {
+  if constexpr (C < kDirectCols) {
+    if (cols != C) return thin_filter<T, C + 1>(col, cols, dy, rows, out_cols, acc);
+  }
+  thin_filter_tile<T, C>(col, dy, rows, out_cols, acc);
 }
 
 template <class T>
@@ -391,6 +446,10 @@ void conv_backprop_filter_kernel(const KernelCall& c) {
       const std::int64_t rows = std::min(p.rows, g.out_pixels - p0);
       gather(g, false, x, xl, n, p0, rows, col);
       const T* dimg = dy + yl.image(n);
+      if (!g.cf && p.cols > 0 && p.cols <= kDirectCols) {
+        thin_filter<T>(col, p.cols, dimg + p0 * g.cy, rows, p.out_cols, acc);
+        continue;
+      }
       const MatRef<const T> d =
           g.cf ? MatRef<const T>{dimg + p0, 1, g.out_pixels} : row_major(dimg + p0 * g.cy, g.cy);
       gemm<T>(p.cols, p.out_cols, rows, row_major<const T>(col, p.cols).t(), d,
