@@ -18,6 +18,12 @@ namespace ktape::kernels {
 enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
 
 struct ConvPlan {
+  // The input gradient of a channels_last conv scatters instead of gathering: each tile of dy's
+  // pixels (rows x cy, read in place) times the kernel gives every window cell's contribution
+  // (rows x cells*cx, the slot's tile), which is added into dx. Tiles of one image overlap in
+  // dx, so a slot runs whole images. Then cols = cy (the product's depth) and out_cols =
+  // cells*cx.
+  bool scatter = false;
   std::int64_t rows = 1;             // pixels per tile: rows of the gathered matrix
   std::int64_t cols = 1;             // its columns: window cells x channels read per pixel
   std::int64_t out_cols = 1;         // channels each pixel produces
@@ -44,12 +50,14 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
     return p;
   }
   const bool input = pass == ConvPass::kBackpropInput;
-  const std::int64_t pixels = input ? g.in_pixels : g.out_pixels;
-  p.cols = g.k_count * (input ? g.cy : g.cx);
-  p.out_cols = input ? g.cx : g.cy;
-  // A gathered tile of about 96 KiB stays in L2 next to the kernel panel.
+  p.scatter = input && !g.cf;
+  const std::int64_t pixels = input && !p.scatter ? g.in_pixels : g.out_pixels;
+  p.cols = p.scatter ? g.cy : g.k_count * (input ? g.cy : g.cx);
+  p.out_cols = p.scatter ? g.k_count * g.cx : input ? g.cx : g.cy;
+  const std::int64_t width = p.scatter ? p.out_cols : p.cols;  // of the slot's tile
+  // A tile of about 96 KiB stays in L2 next to the kernel panel.
   const auto budget = static_cast<std::int64_t>(192 * 1024 / elem);
-  p.rows = std::clamp<std::int64_t>(budget / std::max<std::int64_t>(p.cols, 1), 4, 512);
+  p.rows = std::clamp<std::int64_t>(budget / std::max<std::int64_t>(width, 1), 4, 512);
   p.rows = std::max<std::int64_t>(1, std::min(p.rows, pixels));
   // Tiles of an image as equal as the budget allows: 169 pixels in 3 tiles of 57 rather than
   // 83 + 83 + 3 (a 3-row GEMM packs the whole kernel for little work).
@@ -61,10 +69,16 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.tiles = g.n * p.tiles_per_image;
   const double flops = 2.0 * static_cast<double>(g.n) * static_cast<double>(pixels) *
                        static_cast<double>(p.cols) * static_cast<double>(p.out_cols);
-  p.slots = slot_count(flops / 8.0, p.tiles, 64);
-  p.tiles_per_slot = p.tiles == 0 ? 0 : (p.tiles + p.slots - 1) / p.slots;
+  if (p.scatter) {  // whole images per slot
+    p.slots = slot_count(flops / 8.0, g.n, 64);
+    const std::int64_t images = g.n == 0 ? 0 : (g.n + p.slots - 1) / p.slots;
+    p.tiles_per_slot = images * p.tiles_per_image;
+  } else {
+    p.slots = slot_count(flops / 8.0, p.tiles, 64);
+    p.tiles_per_slot = p.tiles == 0 ? 0 : (p.tiles + p.slots - 1) / p.slots;
+  }
   if (p.tiles > 0) p.slots = (p.tiles + p.tiles_per_slot - 1) / p.tiles_per_slot;
-  p.slot_bytes = round64(static_cast<std::size_t>(p.rows * p.cols) * elem);
+  p.slot_bytes = round64(static_cast<std::size_t>(p.rows * width) * elem);
   if (pass == ConvPass::kBackpropFilter)
     p.slot_bytes += round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
   // The tile GEMM's packs, for a full tile and for an image's last, shorter one (the bytes do
@@ -78,7 +92,8 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.gemm_offset = p.slot_bytes;
   p.gemm_bytes = round64(std::max(tile_gemm(p.rows), tile_gemm(last_rows)));
   p.slot_bytes += p.gemm_bytes;
-  if (input) p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
+  if (input && !p.scatter)  // the reordered kernel
+    p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
   return p;
 }
 

@@ -3,10 +3,15 @@
 // (ops/kernels/conv_plan.hpp). Both data formats natively: channels_last tiles are rows of the
 // output, channels_first tiles are column blocks of each image's (channels x pixels) matrix.
 //   forward:         Y[tile]  = gather(x)[tile]  . W            W  = kernel as (cells*in, out)
-//   backprop input:  dX[tile] = gather(dy)[tile] . Wt           Wt = kernel as (cells*out, in)
+//   backprop input:  channels_last:  dX += scatter(dY[tile] . W^T)   (a slot runs whole images)
+//                    channels_first: dX[tile] = gather(dy)[tile] . Wt,  Wt = kernel as
+//                                    (cells*out, in)
 //   backprop filter: dW       = sum over tiles of gather(x)[tile]^T . dY[tile]  (fixed order)
-// The backprop-input gather reads, for each input pixel and window cell, the output pixel whose
-// window put that cell there (zero where none did), so every tile writes only its own pixels.
+// The scatter adds each output pixel's cell values into the input pixel the window read them
+// from: no gathered copy of dy, and no products with the zeros of a padded dy (CNN layer 2 at
+// batch 128: 571 instead of 797 MFLOP). The backprop-input gather reads, for each input pixel and
+// window cell, the output pixel whose window put that cell there (zero where none did), so every
+// tile writes only its own pixels.
 // Groupings other than one group (depthwise) run a direct loop, parallel over output elements;
 // so does a call without the planned scratch (a kernel run outside a compiled Function).
 #define EIGEN_DONT_PARALLELIZE
@@ -174,6 +179,38 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
       }
     }
     for (int d = last; d >= 0 && ++from[d] == ext[d]; --d) from[d] = 0;  // the next pixel
+  }
+}
+
+// Adds a scatter tile (ConvPlan::scatter: rows [p0, p0 + rows) of one image's dy times the
+// kernel, each window cell's cx values side by side) into that image's dx: output pixel o's
+// cell k goes to input pixel o*s - pb + k*d, where that lies inside. Rows, then cells, in order.
+template <class T>
+void scatter_tile(const WindowDims& g, const T* tile, std::int64_t rows, std::int64_t p0,
+                  T* dximg) {
+  const std::int64_t cx = g.cx, width = g.k_count * cx;
+  constexpr std::int64_t kCells = 64;
+  std::int64_t cells[kCells][3] = {};  // each cell's coordinates, for up to kCells cells
+  const bool table = g.k_count <= kCells;
+  if (table)
+    for (std::int64_t cell = 0; cell < g.k_count; ++cell) unflatten(cell, g.r, g.k, cells[cell]);
+  std::int64_t from[3] = {}, k[3] = {};
+  unflatten(p0, g.r, g.out, from);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const T* row = tile + i * width;
+    for (std::int64_t cell = 0; cell < g.k_count; ++cell) {
+      const std::int64_t* kc = cells[table ? cell : 0];
+      if (!table) {
+        unflatten(cell, g.r, g.k, k);
+        kc = k;
+      }
+      const std::int64_t sp = window_source(g, false, from, kc);
+      if (sp < 0) continue;
+      T* d = dximg + sp * cx;
+      const T* v = row + cell * cx;
+      for (std::int64_t c = 0; c < cx; ++c) d[c] += v[c];
+    }
+    for (int d = g.r - 1; d >= 0 && ++from[d] == g.out[d]; --d) from[d] = 0;  // the next pixel
   }
 }
 
@@ -390,6 +427,29 @@ void conv_backprop_input_kernel(const KernelCall& c) {
   T* dx = ptr<T>(c.out);
   if (!conv_uses_gemm(g) || !c.scratch) return grouped_backprop_input(g, dy, w, dx);
   const ConvPlan p = conv_plan(ConvPass::kBackpropInput, g, sizeof(T));
+  if (p.scatter) {  // channels_last: dy's tiles times the kernel, scattered into dx
+    const std::int64_t image = g.in_pixels * g.cx;
+    if (p.tiles == 0) return std::fill(dx, dx + g.n * image, T(0));
+    // The kernel as (cells*cx, cy) row-major; its transpose (cy x cells*cx) is read in place.
+    const MatRef<const T> wt{w, 1, g.cy};
+    char* const scratch = static_cast<char*>(c.scratch) + p.shared_bytes;
+    parallel_slots(p.slots, [&](std::int64_t slot) {
+      char* const mine = scratch + static_cast<std::size_t>(slot) * p.slot_bytes;
+      T* const tile = reinterpret_cast<T*>(mine);
+      const std::int64_t t1 = std::min(p.tiles, (slot + 1) * p.tiles_per_slot);
+      for (std::int64_t t = slot * p.tiles_per_slot; t < t1; ++t) {
+        const std::int64_t n = t / p.tiles_per_image;
+        const std::int64_t p0 = (t % p.tiles_per_image) * p.rows;
+        const std::int64_t rows = std::min(p.rows, g.out_pixels - p0);
+        T* const dximg = dx + n * image;
+        if (p0 == 0) std::fill(dximg, dximg + image, T(0));
+        gemm<T>(rows, p.out_cols, p.cols, row_major(dy + (n * g.out_pixels + p0) * g.cy, g.cy), wt,
+                row_major(tile, p.out_cols), false, mine + p.gemm_offset, p.gemm_bytes);
+        scatter_tile(g, tile, rows, p0, dximg);
+      }
+    });
+    return;
+  }
   bool unit_strides = true;
   for (int i = 0; i < g.r; ++i) unit_strides = unit_strides && g.s[i] == 1;
   // With unit strides the input gradient is a forward conv of dy, padded by (k - 1) * d - pb,
