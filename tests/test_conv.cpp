@@ -183,6 +183,81 @@ TEST(ConvTiling, SameBitsAtAnyThreadCount) {
   }
 }
 
+// A batch of kScatterBatch or more: the channels_last input gradient scatters each tile's
+// products into dx (ConvPlan::scatter), below it it gathers. Every geometry against the reference
+// kernels, on both sides of the threshold (the same shapes with one image fewer gather), in
+// float64; and the same bits at 1 thread and many in float32.
+TEST(ConvTiling, InputGradientScatterMatchesTheReference) {
+  const std::int64_t big = ktape::kernels::kScatterBatch;
+  struct Case {
+    std::string name;
+    Fn f;
+    Shape x, k;
+  };
+  const std::vector<Case> cases{
+      {"conv1d_stride2_same",
+       [](const V& v) { return K::conv1d(v[0], v[1], {.strides = {2}, .padding = "same"}); },
+       {big, 17, 5},
+       {4, 5, 6}},
+      {"conv1d_causal_dilated",
+       [](const V& v) {
+         return K::conv1d(v[0], v[1], {.padding = "causal", .dilation_rate = {2}});
+       },
+       {big, 15, 3},
+       {3, 3, 4}},
+      {"conv2d_even_same_dilated",
+       [](const V& v) {
+         return K::conv2d(v[0], v[1], {.padding = "same", .dilation_rate = {2, 1}});
+       },
+       {big, 9, 8, 5},
+       {2, 4, 5, 7}},
+      {"conv2d_stride_wider_than_kernel",
+       [](const V& v) {
+         return K::conv2d(v[0], v[1], {.strides = {3, 2}});
+       },
+       {big, 11, 10, 3},
+       {2, 2, 3, 6}},
+      {"conv2d_81_cells",
+       [](const V& v) { return K::conv2d(v[0], v[1], {.padding = "same"}); },
+       {big, 10, 9, 2},
+       {9, 9, 2, 3}},
+      {"conv3d_strided_same",
+       [](const V& v) {
+         return K::conv3d(v[0], v[1], {.strides = {2, 1, 2}, .padding = "same"});
+       },
+       {big, 5, 4, 6, 2},
+       {2, 3, 2, 2, 3}},
+      {"conv2d_transpose_stride2", nullptr, {big, 5, 4, 6}, {3, 3, 4, 6}},  // built per batch
+  };
+  for (const auto& c : cases)
+    for (const std::int64_t n : {big, big - 1}) {
+      SCOPED_TRACE(c.name + ", batch " + std::to_string(n));
+      std::vector<std::int64_t> xd(c.x.dims().begin(), c.x.dims().end());
+      xd[0] = n;
+      const Fn f = !c.f ? Fn([n](const V& v) {
+        return K::conv2d_transpose(v[0], v[1], {n, 10, 8, 4},
+                                   {.strides = {2, 2}, .padding = "same"});
+      })
+                        : c.f;
+      const Big k{c.name, f, {normal(Shape(xd), 90), normal(c.k, 91, 0.3)}};
+      const auto cpu = forward_and_gradients(k, "cpu", DType::float64);
+      const auto ref = forward_and_gradients(k, "reference", DType::float64);
+      for (std::size_t o = 0; o < cpu.size(); ++o)
+        for (std::int64_t i = 0; i < cpu[o].size(); ++i)
+          ASSERT_NEAR(cpu[o].item(i), ref[o].item(i), 1e-9 * (1 + std::abs(ref[o].item(i))))
+              << "output " << o << " element " << i;
+      const auto many = forward_and_gradients(k, "cpu", DType::float32);
+      std::vector<NDArray> one;
+      {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+        one = forward_and_gradients(k, "cpu", DType::float32);
+      }
+      for (std::size_t o = 0; o < many.size(); ++o)
+        ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
+            << "output " << o;
+    }
+}
+
 // The cpu conv kernels' slots hold their tile GEMM's packs; an image's last tile is shorter, and
 // a shorter product can need more pack bytes than a full one (it keeps more depth blocks at once),
 // so the plan sizes for both heights: a 3x3 256-channel conv on 14 x 14 images in float32 (21-row

@@ -18,15 +18,16 @@ namespace ktape::kernels {
 enum class ConvPass { kForward, kBackpropInput, kBackpropFilter };
 
 struct ConvPlan {
-  // The input gradient of a channels_last conv scatters instead of gathering: each tile of dy's
-  // pixels (rows x cy, read in place) times the kernel gives every window cell's contribution
-  // (rows x cells*cx, the slot's tile), which is added into dx. Tiles of one image overlap in
-  // dx, so a slot runs whole images. Then cols = cy (the product's depth) and out_cols =
-  // cells*cx.
+  // The input gradient of a channels_last conv over a batch of at least kScatterBatch scatters
+  // instead of gathering: each tile of dy's pixels (rows x cy, read in place) times the kernel
+  // gives every window cell's contribution (rows x cells*cx, the slot's tile), which is added
+  // into dx. Tiles of one image overlap in dx, so a slot runs whole images (hence the batch:
+  // below it, the gather's tiles within an image feed more threads). Then cols = cy (the
+  // product's depth) and out_cols = cells*cx.
   bool scatter = false;
-  std::int64_t rows = 1;             // pixels per tile: rows of the gathered matrix
-  std::int64_t cols = 1;             // its columns: window cells x channels read per pixel
-  std::int64_t out_cols = 1;         // channels each pixel produces
+  std::int64_t rows = 1;      // pixels per tile: rows of the gathered matrix
+  std::int64_t cols = 1;      // its columns: window cells x channels read per pixel (scatter: cy)
+  std::int64_t out_cols = 1;  // channels each pixel produces (scatter: cells x cx)
   std::int64_t tiles_per_image = 1;  // tiles never straddle two images
   std::int64_t tiles = 1;
   std::int64_t slots = 1;
@@ -43,6 +44,9 @@ inline bool conv_uses_gemm(const WindowDims& g) { return g.groups == 1; }
 
 inline std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
 
+// The smallest batch whose channels_last input gradient scatters (ConvPlan::scatter).
+constexpr std::int64_t kScatterBatch = 16;
+
 inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) {
   ConvPlan p;
   if (!conv_uses_gemm(g)) {
@@ -50,7 +54,7 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
     return p;
   }
   const bool input = pass == ConvPass::kBackpropInput;
-  p.scatter = input && !g.cf;
+  p.scatter = input && !g.cf && g.n >= kScatterBatch;
   const std::int64_t pixels = input && !p.scatter ? g.in_pixels : g.out_pixels;
   p.cols = p.scatter ? g.cy : g.k_count * (input ? g.cy : g.cx);
   p.out_cols = p.scatter ? g.k_count * g.cx : input ? g.cx : g.cy;

@@ -3,8 +3,9 @@
 // (ops/kernels/conv_plan.hpp). Both data formats natively: channels_last tiles are rows of the
 // output, channels_first tiles are column blocks of each image's (channels x pixels) matrix.
 //   forward:         Y[tile]  = gather(x)[tile]  . W            W  = kernel as (cells*in, out)
-//   backprop input:  channels_last:  dX += scatter(dY[tile] . W^T)   (a slot runs whole images)
-//                    channels_first: dX[tile] = gather(dy)[tile] . Wt,  Wt = kernel as
+//   backprop input:  channels_last, batch >= 16: dX += scatter(dY[tile] . W^T) (a slot runs
+//                                    whole images)
+//                    otherwise:      dX[tile] = gather(dy)[tile] . Wt,  Wt = kernel as
 //                                    (cells*out, in)
 //   backprop filter: dW       = sum over tiles of gather(x)[tile]^T . dY[tile]  (fixed order)
 // The scatter adds each output pixel's cell values into the input pixel the window read them
@@ -453,7 +454,8 @@ void conv_backprop_input_kernel(const KernelCall& c) {
   bool unit_strides = true;
   for (int i = 0; i < g.r; ++i) unit_strides = unit_strides && g.s[i] == 1;
   // With unit strides the input gradient is a forward conv of dy, padded by (k - 1) * d - pb,
-  // with the kernel's cells reversed (flipped) and its channels swapped: the fast gather.
+  // with the kernel's cells reversed (flipped) and its channels swapped (channels_last takes the
+  // forward conv's run-copying gather; channels_first gathers pixel by pixel either way).
   // Wt[(cell', out), in] = w[cell, in, out] with cell' = cell (strided) or the reversed cell.
   T* wt = static_cast<T*>(c.scratch);
   for (std::int64_t cell = 0; cell < g.k_count; ++cell) {
