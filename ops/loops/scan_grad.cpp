@@ -23,9 +23,9 @@ Tensor zeros_for(const Tensor& like) {
 // The gradient of a Scan is a Scan over the reversed time axis. Its body recomputes the forward
 // step from the stored carries (rematerialization: memory stays O(T * carries)), then takes the
 // vector-Jacobian product with the incoming gradients using ordinary graph nodes. Weight
-// gradients of the form h_t^T g_t (a MatMul against a sequence) and bias gradients (a SumToLike)
-// are not accumulated step by step: g_t is stacked and one large GEMM or reduction outside the
-// loop sums over time. Other gradients of statics are accumulated in carries.
+// gradients of the form h_t^T g_t (a MatMul, OpDef::stack_sum) are not accumulated step by step:
+// g_t is stacked and one large GEMM outside the loop sums over time. Other gradients of statics
+// (a bias gradient's column sums) are accumulated in carries.
 // The incoming gradient of a Scan is a sum of ScanEmbeds (one per ScanPart the loss used):
 // read each part's gradient straight from them, so the flat gradient is never materialized.
 // A part no gradient reaches gets a null tensor (zero).
@@ -196,8 +196,8 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
     spec.new_carries.push_back(dst_ph[k].defined() ? d + dst_ph[k] : d);
   }
   // Gradients of the statics: hoisted terms (stacked per step, summed outside) or accumulators.
-  // A term of a static's gradient that sums over the steps (OpDef::stack_sum: x_t^T g_t, a bias
-  // gradient) is not accumulated step by step: its per-step inputs are stacked — a sequence the
+  // A term of a static's gradient that sums over the steps (OpDef::stack_sum: x_t^T g_t) is not
+  // accumulated step by step: its per-step inputs are stacked — a sequence the
   // backward scan reads, or a stacked output of it — and the op runs once after the loop.
   struct Hoisted {
     std::size_t c;
@@ -258,7 +258,7 @@ std::vector<Tensor> scan_grad(const Node& n, const Tensor& y_in, const Tensor& g
         h.fixed[i] = in;
       }
     }
-    // A term no sequence orders (a bias gradient) is stacked reversed (for a forward loop:
+    // A term no sequence orders (h_{t-1} of h^T dz) is stacked reversed (for a forward loop:
     // in forward time order, like its sequence gradients and carry-ordered terms), so that
     // equal stacked outputs can share storage (ScanLayout::alias).
     for (std::size_t i = 0; i < k; ++i)
