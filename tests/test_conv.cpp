@@ -156,30 +156,40 @@ std::vector<NDArray> forward_and_gradients(const Big& k, const std::string& back
   return K::function(phs, outs, {}, {.backend = backend})(feed);
 }
 
+// The cpu kernels' output and gradients against the reference kernels', in float64.
+void expect_reference_values(const Big& k) {
+  const auto cpu = forward_and_gradients(k, "cpu", DType::float64);
+  const auto ref = forward_and_gradients(k, "reference", DType::float64);
+  for (std::size_t o = 0; o < cpu.size(); ++o)
+    for (std::int64_t i = 0; i < cpu[o].size(); ++i)
+      ASSERT_NEAR(cpu[o].item(i), ref[o].item(i), 1e-9 * (1 + std::abs(ref[o].item(i))))
+          << "output " << o << " element " << i;
+}
+
+// The same bits on one thread as on all of them, in float32.
+void expect_same_bits_on_one_thread(const Big& k) {
+  const auto many = forward_and_gradients(k, "cpu", DType::float32);
+  std::vector<NDArray> one;
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+    one = forward_and_gradients(k, "cpu", DType::float32);
+  }
+  for (std::size_t o = 0; o < many.size(); ++o)
+    ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
+        << "output " << o;
+}
+
 TEST(ConvTiling, LargeShapesMatchTheReference) {
   for (const auto& k : big_cases()) {
     SCOPED_TRACE(k.name);
-    const auto cpu = forward_and_gradients(k, "cpu", DType::float64);
-    const auto ref = forward_and_gradients(k, "reference", DType::float64);
-    for (std::size_t o = 0; o < cpu.size(); ++o)
-      for (std::int64_t i = 0; i < cpu[o].size(); ++i)
-        ASSERT_NEAR(cpu[o].item(i), ref[o].item(i), 1e-9 * (1 + std::abs(ref[o].item(i))))
-            << "output " << o << " element " << i;
+    expect_reference_values(k);
   }
 }
 
 TEST(ConvTiling, SameBitsAtAnyThreadCount) {
   for (const auto& k : big_cases()) {
     SCOPED_TRACE(k.name);
-    const auto many = forward_and_gradients(k, "cpu", DType::float32);
-    std::vector<NDArray> one;
-    {
-      tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
-      one = forward_and_gradients(k, "cpu", DType::float32);
-    }
-    for (std::size_t o = 0; o < many.size(); ++o)
-      ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
-          << "output " << o;
+    expect_same_bits_on_one_thread(k);
   }
 }
 
@@ -240,21 +250,8 @@ TEST(ConvTiling, InputGradientScatterMatchesTheReference) {
       })
                         : c.f;
       const Big k{c.name, f, {normal(Shape(xd), 90), normal(c.k, 91, 0.3)}};
-      const auto cpu = forward_and_gradients(k, "cpu", DType::float64);
-      const auto ref = forward_and_gradients(k, "reference", DType::float64);
-      for (std::size_t o = 0; o < cpu.size(); ++o)
-        for (std::int64_t i = 0; i < cpu[o].size(); ++i)
-          ASSERT_NEAR(cpu[o].item(i), ref[o].item(i), 1e-9 * (1 + std::abs(ref[o].item(i))))
-              << "output " << o << " element " << i;
-      const auto many = forward_and_gradients(k, "cpu", DType::float32);
-      std::vector<NDArray> one;
-      {
-        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
-        one = forward_and_gradients(k, "cpu", DType::float32);
-      }
-      for (std::size_t o = 0; o < many.size(); ++o)
-        ASSERT_EQ(0, std::memcmp(many[o].raw_data(), one[o].raw_data(), many[o].nbytes()))
-            << "output " << o;
+      expect_reference_values(k);
+      expect_same_bits_on_one_thread(k);
     }
 }
 
