@@ -4,6 +4,8 @@
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
 //   BM_Gemm/<m>/<k>/<n>/<threads>/<0 default GEMM (BLIS), 1 Eigen's>: MatMul at the MLP's and
 //     the LSTM's shapes
+//   BM_GemmSharedB/<0 two products, 1 one joint product>/<threads>: an LSTM loop's weight
+//     gradients h^T dZ and x^T dZ (128 and 28 rows, depth 3584, 512 columns), which share dZ
 //   BM_FmaPeak/<threads> (bench_peak.cpp): the FMA peak, to read FLOPS counters against
 //   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
@@ -19,10 +21,15 @@
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "bench/bench_util.hpp"
 #include "engine/backend.hpp"
 #include "ktape/ktape.hpp"
+#include "ops/kernels/cpu/gemm.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -123,6 +130,38 @@ BENCHMARK(BM_Gemm)
     ->ArgsProduct({{3584}, {28}, {512}, {1, 2}, {0, 1}})
     ->ArgsProduct({{128}, {3136}, {128}, {1, 2}, {0, 1}})
     ->ArgsProduct({{128}, {3584}, {512}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+void BM_GemmSharedB(benchmark::State& state) {
+  namespace kk = ktape::kernels;
+  const bool joint = state.range(0) != 0;
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  const std::int64_t k = 3584, n = 512, m0 = 128, m1 = 28;
+  // h and x stacked over the steps (k x m, row-major): A = their transposes.
+  std::vector<float> h(k * m0, 0.5f), x(k * m1, 0.25f), dz(k * n, 0.1f), c((m0 + m1) * n);
+  const std::int64_t ms[2] = {m0, m1};
+  std::vector<std::byte> scratch(kk::parallel_gemm_shared_b_scratch(ms, 2, n, k, sizeof(float)) +
+                                 64);
+  void* aligned = scratch.data();
+  std::size_t space = scratch.size();
+  std::align(64, 1, aligned, space);
+  const kk::GemmPart<float> parts[2] = {{m0, {h.data(), 1, m0}, {c.data(), n, 1}},
+                                        {m1, {x.data(), 1, m1}, {c.data() + m0 * n, n, 1}}};
+  for (auto _ : state) {
+    if (joint) {
+      kk::parallel_gemm_shared_b<float>(parts, 2, n, k, {dz.data(), n, 1}, aligned);
+    } else {
+      for (const auto& p : parts)
+        kk::parallel_gemm<float>(p.m, n, k, p.a, {dz.data(), n, 1}, p.c, false, aligned);
+    }
+  }
+  ktape::bench::set_flops(state, 2.0 * static_cast<double>((m0 + m1) * k * n));
+  state.SetLabel(std::string(joint ? "joint" : "two products") + ", " +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_GemmSharedB)
+    ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

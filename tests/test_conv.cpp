@@ -314,11 +314,11 @@ TEST(ConvForward, ZeroSizedOperands) {
     EXPECT_EQ(g.shape(), Shape({3, 3, 3, 4}));
     for (std::int64_t i = 0; i < g.size(); ++i) ASSERT_EQ(g.item(i), 0.0);
     // The input gradient through a kernel of no output channels is all zeros (the arena's
-    // buffer is not: the cpu kernel writes every element).
+    // buffer is not: the cpu kernel writes every element), scattered (batch 16) or gathered.
     const Fn dx = [](const V& v) {
       return K::gradients(K::sum(K::conv2d(v[0], v[1], {.padding = "same"})), {v[0]})[0];
     };
-    for (const Shape& xs : {Shape{2, 5, 5, 3}, Shape{0, 5, 5, 3}}) {
+    for (const Shape& xs : {Shape{16, 5, 5, 3}, Shape{2, 5, 5, 3}, Shape{0, 5, 5, 3}}) {
       const NDArray gx = run(dx, {normal(xs, 1), normal({3, 3, 3, 0}, 2)}, b);
       EXPECT_EQ(gx.shape(), xs);
       for (std::int64_t i = 0; i < gx.size(); ++i) ASSERT_EQ(gx.item(i), 0.0);

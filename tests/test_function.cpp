@@ -494,8 +494,7 @@ TEST(Function, WeightGradientsSharingTheirOutputGradientRunAsOneProduct) {
       EXPECT_TRUE(ktape::testing_util::Close(out[1], want1, {f1, h}, tol, tol)) << dt << backend;
       const std::string plan = f.describe_plan();
       // (Either product may come first in the plan.)
-      EXPECT_EQ(ktape::testing_util::contains(plan, "[and MatMul ("),
-                std::string(backend) == "cpu")
+      EXPECT_EQ(ktape::testing_util::contains(plan, "[and MatMul ("), std::string(backend) == "cpu")
           << dt << " " << backend << "\n"
           << plan;
     }
