@@ -428,6 +428,51 @@ void check_shared_b(GemmLibrary lib, const std::vector<std::int64_t>& ms, std::i
   }
 }
 
+// One micro-panel packed as the blocked product packs it, against its definition: every panel
+// width the micro-kernels use (and odd ones), full and partial panels, depths around the
+// transposes' blocks, a panel's rows or its columns contiguous or neither; padding rows zeroed,
+// nothing written past `fill`.
+template <class T>
+void check_pack(std::int64_t packw, std::int64_t rows, std::int64_t fill, std::int64_t kc,
+                int layout) {
+  const std::int64_t ld = rows + kc + 3;  // the source's other stride
+  const std::int64_t rs = layout == 0   ? 1
+                          : layout == 1 ? ld
+                                        : 2,
+                     cs = layout == 0   ? ld
+                          : layout == 1 ? 1
+                                        : 2 * ld;
+  std::vector<T> src(static_cast<std::size_t>(ld * (std::max(rows, kc) + 1) * 2 + 8));
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(i % 1013) + T(0.25);
+  const T untouched = T(-777);
+  std::vector<T> dst(static_cast<std::size_t>(packw * kc + packw), untouched);
+  ktape::kernels::pack_micro_panel<T>(src.data(), rs, cs, rows, kc, packw, fill, dst.data());
+  for (std::int64_t p = 0; p < kc; ++p)
+    for (std::int64_t r = 0; r < packw; ++r) {
+      const T want = r < rows   ? src[static_cast<std::size_t>(r * rs + p * cs)]
+                     : r < fill ? T(0)
+                                : untouched;
+      ASSERT_EQ(dst[static_cast<std::size_t>(p * packw + r)], want)
+          << sizeof(T) << "-byte panel " << packw << " wide, rows " << rows << ", fill " << fill
+          << ", depth " << kc << ", layout " << layout << ": element (" << r << ", " << p << ")";
+    }
+  for (std::size_t i = static_cast<std::size_t>(packw * kc); i < dst.size(); ++i)
+    ASSERT_EQ(dst[i], untouched) << "wrote past the panel";
+}
+
+TEST(Gemm, PackedPanelsMatchTheirDefinition) {
+  for (std::int64_t packw : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 14, 16, 24, 32})
+    for (std::int64_t kc : {1, 3, 4, 8, 9, 16, 31, 64})
+      for (int layout = 0; layout < 3; ++layout)
+        for (std::int64_t rows : {packw, packw - 1, std::int64_t{1}, packw / 2 + 1}) {
+          if (rows < 1) continue;
+          for (std::int64_t fill : {packw, rows, std::min(packw, rows + 1)}) {
+            check_pack<float>(packw, rows, fill, kc, layout);
+            check_pack<double>(packw, rows, fill, kc, layout);
+          }
+        }
+}
+
 TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
   for (GemmLibrary lib : libraries()) {
     for (int layout = 0; layout < 8; ++layout) {

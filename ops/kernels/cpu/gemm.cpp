@@ -22,6 +22,7 @@
 #if KTAPE_BLIS
 #include "ops/kernels/cpu/gemm_blis.hpp"
 #endif
+#include "ops/kernels/cpu/gemm_pack.hpp"
 
 namespace ktape::kernels {
 
@@ -318,6 +319,12 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
 
 GemmLibrary gemm_library() { return current_library(); }
 
+template <class T>
+void pack_micro_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows,
+                      std::int64_t kc, std::int64_t packw, std::int64_t fill, T* dst) {
+  blis::detail::pack_panel(src, rs, cs, rows, kc, packw, fill, dst);
+}
+
 std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size, int which) {
 #if KTAPE_BLIS
@@ -382,6 +389,10 @@ template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const
                           MatRef<const float>, MatRef<float>, bool, void*, std::size_t);
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                            MatRef<const double>, MatRef<double>, bool, void*, std::size_t);
+template void pack_micro_panel<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                                      std::int64_t, std::int64_t, std::int64_t, float*);
+template void pack_micro_panel<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
+                                       std::int64_t, std::int64_t, std::int64_t, double*);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
                                    MatRef<const float>, MatRef<float>, bool, void*,
                                    const GemmKeep*);

@@ -143,4 +143,11 @@ void apply_gemm_environment();
 // The library and, for BLIS, its kernel set: "blis skx", "blis skx (by ktape)", "eigen".
 std::string gemm_kernel_name(GemmLibrary lib);
 
+// The blocked product's packing of one micro-panel (gemm_pack.hpp), compiled as the kernels
+// are; for tests. Element (r, p) of the source, at src[r * rs + p * cs] for r < rows and p < kc,
+// goes to dst[p * packw + r]; rows [rows, fill) of each depth are zeroed, the rest untouched.
+template <class T>
+void pack_micro_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows,
+                      std::int64_t kc, std::int64_t packw, std::int64_t fill, T* dst);
+
 }  // namespace ktape::kernels

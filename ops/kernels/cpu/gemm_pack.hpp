@@ -14,8 +14,9 @@ namespace ktape::kernels::blis::detail {
 
 // Transposes of small blocks: d[j * ld + i] = s[i * ls + j] for an R x C block of s.
 #if defined(__AVX__)
-inline void transpose_block(const float* s, std::int64_t ls, float* d, std::int64_t ld,
-                            std::integral_constant<int, 8>) {  // 8 x 8
+[[gnu::always_inline]] inline void transpose_block(const float* s, std::int64_t ls, float* d,
+                                                   std::int64_t ld,
+                                                   std::integral_constant<int, 8>) {  // 8 x 8
   __m256 r[8], t[8];
   for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ls);
   for (int i = 0; i < 8; i += 2) {
@@ -34,8 +35,9 @@ inline void transpose_block(const float* s, std::int64_t ls, float* d, std::int6
   }
 }
 
-inline void transpose_block(const double* s, std::int64_t ls, double* d, std::int64_t ld,
-                            std::integral_constant<int, 4>) {  // 4 x 4
+[[gnu::always_inline]] inline void transpose_block(const double* s, std::int64_t ls, double* d,
+                                                   std::int64_t ld,
+                                                   std::integral_constant<int, 4>) {  // 4 x 4
   __m256d r[4], t[4];
   for (int i = 0; i < 4; ++i) r[i] = _mm256_loadu_pd(s + i * ls);
   t[0] = _mm256_unpacklo_pd(r[0], r[1]);
@@ -47,25 +49,35 @@ inline void transpose_block(const double* s, std::int64_t ls, double* d, std::in
   _mm256_storeu_pd(d + 2 * ld, _mm256_permute2f128_pd(t[0], t[2], 0x31));
   _mm256_storeu_pd(d + 3 * ld, _mm256_permute2f128_pd(t[1], t[3], 0x31));
 }
-inline void transpose_block(const float* s, std::int64_t ls, float* d, std::int64_t ld,
-                            std::integral_constant<int, 4>) {  // 4 x 4
-  __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ls), r2 = _mm_loadu_ps(s + 2 * ls),
-         r3 = _mm_loadu_ps(s + 3 * ls);
-  _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-  _mm_storeu_ps(d, r0);
-  _mm_storeu_ps(d + ld, r1);
-  _mm_storeu_ps(d + 2 * ld, r2);
-  _mm_storeu_ps(d + 3 * ld, r3);
+// Half blocks: d[j * ld + i] = s[i * ls + j] for the B/2 x B block of s (4 rows of 8 floats,
+// 2 rows of 4 doubles).
+[[gnu::always_inline]] inline void transpose_half(const float* s, std::int64_t ls, float* d,
+                                                  std::int64_t ld) {
+  const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls),
+               r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1),
+               t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+  // Column j of the block in lane j / 4 of u[j % 4].
+  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                       _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2))};
+  for (int j = 0; j < 4; ++j) {
+    _mm_storeu_ps(d + j * ld, _mm256_castps256_ps128(u[j]));
+    _mm_storeu_ps(d + (j + 4) * ld, _mm256_extractf128_ps(u[j], 1));
+  }
 }
 
-inline void transpose_block(const double* s, std::int64_t ls, double* d, std::int64_t ld,
-                            std::integral_constant<int, 2>) {  // 2 x 2
-  const __m128d r0 = _mm_loadu_pd(s), r1 = _mm_loadu_pd(s + ls);
-  _mm_storeu_pd(d, _mm_unpacklo_pd(r0, r1));
-  _mm_storeu_pd(d + ld, _mm_unpackhi_pd(r0, r1));
+[[gnu::always_inline]] inline void transpose_half(const double* s, std::int64_t ls, double* d,
+                                                  std::int64_t ld) {
+  for (int j = 0; j < 4; j += 2) {
+    const __m128d r0 = _mm_loadu_pd(s + j), r1 = _mm_loadu_pd(s + ls + j);
+    _mm_storeu_pd(d + j * ld, _mm_unpacklo_pd(r0, r1));
+    _mm_storeu_pd(d + (j + 1) * ld, _mm_unpackhi_pd(r0, r1));
+  }
 }
 
-// The block sides, largest first.
+// The block side, B x B (and B/2 x B) blocks transposed in registers.
 template <class T>
 constexpr int kTransposeSide = sizeof(T) == 4 ? 8 : 4;
 #else
@@ -73,22 +85,36 @@ template <class T>
 constexpr int kTransposeSide = 0;
 #endif
 
-// Rows [r0, r0 + B * n) of a panel through B x B transposes (see pack_panel); returns the rows
-// left.
-template <int B, class T>
-std::int64_t transpose_rows(const T* src, std::int64_t rs, std::int64_t r0, std::int64_t rows,
-                            std::int64_t kc, std::int64_t packmr, T* dst) {
+// A panel whose rows are each contiguous (cs == 1) into dst[p * packmr + r]: B depths at a time,
+// all the panel's rows for those depths (B x B blocks, then a B/2 x B block, then single rows),
+// so that each stretch of the packed panel is written at once.
+template <class T>
+void transpose_panel(const T* src, std::int64_t rs, std::int64_t rows, std::int64_t kc,
+                     std::int64_t packmr, T* dst) {
+  constexpr int B = kTransposeSide<T>;
+  std::int64_t p = 0;
   if constexpr (B > 0) {
-    for (; r0 + B <= rows; r0 += B) {
-      std::int64_t p = 0;
-      for (; p + B <= kc; p += B)
-        transpose_block(src + r0 * rs + p, rs, dst + p * packmr + r0, packmr,
+    for (; p + B <= kc; p += B) {
+      std::int64_t r = 0;
+      for (; r + B <= rows; r += B)
+        transpose_block(src + r * rs + p, rs, dst + p * packmr + r, packmr,
                         std::integral_constant<int, B>{});
-      for (; p < kc; ++p)
-        for (std::int64_t r = r0; r < r0 + B; ++r) dst[p * packmr + r] = src[r * rs + p];
+      if (r + B / 2 <= rows) {
+        transpose_half(src + r * rs + p, rs, dst + p * packmr + r, packmr);
+        r += B / 2;
+      }
+      for (; r < rows; ++r)
+        for (std::int64_t q = p; q < p + B; ++q) dst[q * packmr + r] = src[r * rs + q];
     }
   }
-  return r0;
+  for (; p < kc; ++p)
+    for (std::int64_t r = 0; r < rows; ++r) dst[p * packmr + r] = src[r * rs + p];
+}
+
+// A panel whose columns are contiguous (rs == 1), W rows that fill it: fixed-size copies.
+template <int W, class T>
+void copy_panel(const T* src, std::int64_t cs, std::int64_t kc, T* dst) {
+  for (std::int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * W, src + p * cs, W * sizeof(T));
 }
 
 // Rows [0, rows) and depths [0, kc) of a panel's source (element (r, p) at src[r * rs + p * cs])
@@ -97,7 +123,23 @@ std::int64_t transpose_rows(const T* src, std::int64_t rs, std::int64_t r0, std:
 template <class T>
 void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
                 std::int64_t packmr, std::int64_t fill, T* dst) {
-  if (rs == 1) {  // a column of the panel is contiguous
+  if (rs == 1) {                                             // a column of the panel is contiguous
+    if (rows == packmr && fill == packmr) switch (packmr) {  // the micro-kernels' widths
+        case 6:
+          return copy_panel<6>(src, cs, kc, dst);
+        case 8:
+          return copy_panel<8>(src, cs, kc, dst);
+        case 12:
+          return copy_panel<12>(src, cs, kc, dst);
+        case 14:
+          return copy_panel<14>(src, cs, kc, dst);
+        case 16:
+          return copy_panel<16>(src, cs, kc, dst);
+        case 32:
+          return copy_panel<32>(src, cs, kc, dst);
+        default:
+          break;
+      }
     for (std::int64_t p = 0; p < kc; ++p) {
       const T* s = src + p * cs;
       T* d = dst + p * packmr;
@@ -106,14 +148,14 @@ void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t row
     }
     return;
   }
-  // A row of the panel is contiguous (cs == 1): square blocks transposed in registers.
-  constexpr int B = kTransposeSide<T>;
-  std::int64_t r0 = transpose_rows<B>(src, rs, 0, rows, kc, packmr, dst);
-  r0 = transpose_rows<B / 2>(src, rs, r0, rows, kc, packmr, dst);
-  for (std::int64_t p = 0; p < kc; ++p) {
-    for (std::int64_t r = r0; r < rows; ++r) dst[p * packmr + r] = src[r * rs + p * cs];
+  // A row of the panel is contiguous (cs == 1): blocks transposed in registers.
+  if (cs == 1)
+    transpose_panel(src, rs, rows, kc, packmr, dst);
+  else
+    for (std::int64_t p = 0; p < kc; ++p)
+      for (std::int64_t r = 0; r < rows; ++r) dst[p * packmr + r] = src[r * rs + p * cs];
+  for (std::int64_t p = 0; p < kc; ++p)
     for (std::int64_t r = rows; r < fill; ++r) dst[p * packmr + r] = T(0);
-  }
 }
 
 // C (m x n at (rs, cs)) = or += the temporary tile t (at (trs, tcs)). C's inner loop runs along
