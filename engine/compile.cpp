@@ -581,10 +581,11 @@ class Compiler {
         if (r.kind == Kind::kFed) p.fed_refs[static_cast<std::size_t>(r.fed)].push_back(&s.ins[k]);
       }
     p.out_locs.assign(p.outputs.size(), {});
+    p.out_into.assign(p.outputs.size(), nullptr);
     p.out_same.assign(p.outputs.size(), -1);
     // An output is redirected when it is a whole arena buffer (the root itself, or a SumToLike
-    // or reshape alias of all its bytes) that no other output shares: every pointer to a value
-    // in that buffer (views into it too) then moves to the caller's buffer.
+    // or reshape alias of all its bytes) that a step writes and no other output shares: every
+    // pointer to a value in that buffer (views into it too) then moves to the caller's buffer.
     p.out_loc_offsets.assign(p.outputs.size(), {});
     // Two outputs are the same storage when they are the same bytes of one buffer (a value and
     // its whole-buffer SumToLike or reshape alias: a loop's gradient for a sequence input and the
@@ -604,7 +605,8 @@ class Compiler {
         continue;
       }
       const Value& v = val(vi);
-      if (val(root).kind != Kind::kArena || v.alias_offset != 0 || v.bytes != val(root).bytes)
+      if (val(root).kind != Kind::kArena || v.alias_offset != 0 || v.bytes != val(root).bytes ||
+          !produced[static_cast<std::size_t>(root)])  // its bytes come from no step
         continue;
       bool shared = false;
       for (int o : p.outputs) shared = shared || (!same_storage(o, vi) && val(o).root == root);

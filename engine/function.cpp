@@ -437,6 +437,64 @@ void Function::run(const std::vector<NDArray>& inputs, std::vector<NDArray>& out
   f.run_flat(inputs, outputs);
 }
 
+namespace {
+
+// A call's outputs computed straight into the caller's arrays where they can be (Plan::out_locs:
+// an output that is a whole arena buffer), instead of copied there after the run: when the
+// caller passes back an array of the output's dtype and shape whose buffer no other array
+// shares and no input overlaps (a training loop or a benchmark calling run() with the same
+// output vector). The plan's pointers go back to the arena when the call ends, however it ends.
+class DirectOutputs {
+ public:
+  DirectOutputs(Plan& p, const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs)
+      : p_(p), into_(p.out_into) {  // sized at compile: a call allocates nothing here
+    std::fill(into_.begin(), into_.end(), nullptr);
+    for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+      const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
+      NDArray& o = outputs[i];
+      if (p.out_locs[i].empty() || v.bytes == 0 || !o.defined() || !o.sole_owner() ||
+          o.dtype() != v.dtype || o.shape() != v.shape)
+        continue;
+      const auto* lo = static_cast<const char*>(o.raw_data());
+      bool overlaps = false;
+      for (const NDArray& in : inputs) {
+        const auto* b = static_cast<const char*>(in.raw_data());
+        overlaps = overlaps || (b != nullptr && b < lo + o.nbytes() && lo < b + in.nbytes());
+      }
+      if (overlaps) continue;
+      into_[i] = static_cast<char*>(o.raw_data());
+      point(i, into_[i]);
+    }
+  }
+  ~DirectOutputs() {
+    for (std::size_t i = 0; i < into_.size(); ++i)
+      if (into_[i]) point(i, static_cast<char*>(value_ptr(p_, p_.outputs[i])));
+  }
+  DirectOutputs(const DirectOutputs&) = delete;
+  DirectOutputs& operator=(const DirectOutputs&) = delete;
+
+  bool into(std::size_t i) const { return into_[i] != nullptr; }
+  // Where value v is after the run: in a caller's array when its buffer went there.
+  const void* source(int v) const {
+    const int root = p_.values[static_cast<std::size_t>(v)].root;
+    for (std::size_t i = 0; i < into_.size(); ++i)
+      if (into_[i] && p_.values[static_cast<std::size_t>(p_.outputs[i])].root == root)
+        return into_[i] + p_.values[static_cast<std::size_t>(v)].alias_offset;
+    return value_ptr(p_, v);
+  }
+
+ private:
+  void point(std::size_t i, char* home) {
+    for (std::size_t k = 0; k < p_.out_locs[i].size(); ++k)
+      *p_.out_locs[i][k] = home + p_.out_loc_offsets[i][k];
+  }
+
+  Plan& p_;
+  std::vector<char*>& into_;
+};
+
+}  // namespace
+
 void FunctionImpl::run_flat(const std::vector<NDArray>& inputs,
                             std::vector<NDArray>& outputs) const {
   const FunctionImpl& f = *this;
@@ -444,15 +502,17 @@ void FunctionImpl::run_flat(const std::vector<NDArray>& inputs,
   const PlanLease lease(f, inputs);
   Plan& p = lease.plan();
   const VariableLocks locks(p);
-  f.execute(p, inputs);
   if (outputs.size() != p.outputs.size()) outputs.resize(p.outputs.size());
+  const DirectOutputs direct(p, inputs, outputs);
+  f.execute(p, inputs);
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    if (direct.into(i)) continue;
     const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
     NDArray& o = outputs[i];
     if (!o.defined() || o.dtype() != v.dtype || o.shape() != v.shape) o = NDArray(v.shape, v.dtype);
-    std::memcpy(o.raw_data(), value_ptr(p, p.outputs[i]), v.bytes);
+    std::memcpy(o.raw_data(), direct.source(p.outputs[i]), v.bytes);
   }
-  for (const auto& c : p.commits) std::memcpy(c.dst, value_ptr(p, c.value), c.bytes);
+  for (const auto& c : p.commits) std::memcpy(c.dst, direct.source(c.value), c.bytes);
 }
 
 std::vector<NDArray> Function::operator()(const std::vector<NDArray>& inputs) const {

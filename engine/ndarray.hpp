@@ -38,6 +38,8 @@ class NDArray {
   static NDArray full(const Shape& shape, double v, DType dtype = DType::float32);
 
   bool defined() const { return storage_ != nullptr; }
+  /// Whether no other NDArray shares this one's buffer.
+  bool sole_owner() const { return storage_ != nullptr && storage_.use_count() == 1; }
   const Shape& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   int ndim() const { return shape_.ndim(); }

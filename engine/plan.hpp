@@ -78,11 +78,12 @@ struct Plan {
   int commits_in_place = 0;  // updates written straight into their variable (no commit copy)
   std::vector<void*> fed_ptrs;
   bool lp_byte = false;
-  // function_execute_raw: outputs computed into the caller's buffer directly (every pointer
-  // that refers to the output's arena slot, or to a view into it at the byte offset in
-  // out_loc_offsets), instead of a copy after the run.
+  // function_execute_raw, and Function::run given reusable output arrays: outputs computed
+  // into the caller's buffer directly (every pointer that refers to the output's arena slot, or
+  // to a view into it at the byte offset in out_loc_offsets), instead of a copy after the run.
   std::vector<std::vector<void**>> out_locs;
   std::vector<std::vector<std::size_t>> out_loc_offsets;
+  std::vector<char*> out_into;  // per output, the caller's buffer it is computed into, or null
   std::unordered_map<Node*, NDArray> folded;  // constant subgraphs evaluated at compile
   std::vector<int> out_same;  // an earlier redirected output with the same value, else -1
   // The storage locks of the variables a call reads (shared) or assigns (exclusive), in node-id

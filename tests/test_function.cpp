@@ -521,3 +521,60 @@ TEST(Function, AProductThatReadsTheOtherIsNotJoinedWithIt) {
   EXPECT_TRUE(ktape::testing_util::Close(both[1], c2, {m, k}, 1e-5, 1e-5));
   EXPECT_EQ(g.num_steps(), 1u) << g.describe_plan();
 }
+
+// Output arrays the caller passes back (run() with the same output vector) are computed into
+// directly, not copied into after the run; values must be those of a fresh call in every case:
+// an output read by a later step, two outputs of one value, an update that reads an output's
+// buffer, an output vector that is also the input vector (its buffer read while it is written).
+TEST(Function, OutputsReusedByTheCallerHoldTheCallsValues) {
+  auto x = K::placeholder({3, 3});
+  auto v = K::variable(NDArray::full(Shape{3, 3}, 0.0));
+  auto y = x * 2.0 + 1.0;
+  auto z = K::sum(y);  // reads y's buffer after y is written
+  auto f = K::function({x}, {y, z, y}, {K::update(v, y * 3.0)});
+  std::vector<NDArray> outs;
+  for (double base : {1.0, 10.0, -4.0}) {
+    std::vector<double> xs(9);
+    for (int i = 0; i < 9; ++i) xs[static_cast<std::size_t>(i)] = base + i;
+    const void* before = outs.empty() ? nullptr : outs[0].raw_data();
+    f.run({NDArray::from_values(xs, Shape{3, 3})}, outs);
+    ASSERT_EQ(outs.size(), 3u);
+    if (before != nullptr) {
+      EXPECT_EQ(outs[0].raw_data(), before) << "the caller's array was not reused";
+    }
+    double sum = 0;
+    for (int i = 0; i < 9; ++i) {
+      const double want = 2.0 * xs[static_cast<std::size_t>(i)] + 1.0;  // by hand
+      sum += want;
+      EXPECT_EQ(outs[0].item(i), want);
+      EXPECT_EQ(outs[2].item(i), want);
+      EXPECT_EQ(K::get_value(v).item(i), 3.0 * want);
+    }
+    EXPECT_EQ(outs[1].item(0), sum);
+  }
+  // A call with fresh outputs after them: computed in the plan's own buffers again, the earlier
+  // arrays left as they were.
+  const std::vector<double> kept = outs[0].to_vector();
+  const auto fresh = f({NDArray::full(Shape{3, 3}, 0.5)});
+  EXPECT_EQ(fresh[0].to_vector(), std::vector<double>(9, 2.0));
+  EXPECT_EQ(fresh[1].item(0), 18.0);
+  EXPECT_EQ(outs[0].to_vector(), kept);
+  // The output vector is the input vector: a transpose and a product read their input while
+  // they write their output, so these outputs must not go into the input's buffer.
+  auto a = K::placeholder({4, 4});
+  auto w = K::variable(NDArray::full(Shape{4, 4}, 1.0));
+  for (int which = 0; which < 2; ++which) {
+    auto g = K::function({a}, {which == 0 ? K::transpose(a) : K::dot(a, w)});
+    std::vector<double> as(16);
+    for (int i = 0; i < 16; ++i) as[static_cast<std::size_t>(i)] = i;
+    std::vector<NDArray> io{NDArray::from_values(as, Shape{4, 4})};
+    g.run(io, io);
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) {
+        // transpose: element (r, c) is a[c][r] = 4c + r; a @ ones: row r's sum, 16r + 6
+        const double want = which == 0 ? 4.0 * c + r : 16.0 * r + 6.0;
+        EXPECT_EQ(io[0].item(4 * r + c), want)
+            << (which == 0 ? "transpose" : "dot") << " (" << r << ", " << c << ")";
+      }
+  }
+}
