@@ -443,13 +443,14 @@ namespace {
 // an output that is a whole arena buffer), instead of copied there after the run: when the
 // caller passes back an array of the output's dtype and shape whose buffer no other array
 // shares and no input overlaps (a training loop or a benchmark calling run() with the same
-// output vector). The plan's pointers go back to the arena when the call ends, however it ends.
+// output vector). The plan's pointers go back to the arena when the call ends, however it ends;
+// a call that throws may have written part of such an array.
 class DirectOutputs {
  public:
   DirectOutputs(Plan& p, const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs)
       : p_(p), into_(p.out_into) {  // sized at compile: a call allocates nothing here
     std::fill(into_.begin(), into_.end(), nullptr);
-    for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    for (std::size_t i = 0; i < std::min(p.outputs.size(), outputs.size()); ++i) {
       const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];
       NDArray& o = outputs[i];
       if (p.out_locs[i].empty() || v.bytes == 0 || !o.defined() || !o.sole_owner() ||
@@ -502,9 +503,10 @@ void FunctionImpl::run_flat(const std::vector<NDArray>& inputs,
   const PlanLease lease(f, inputs);
   Plan& p = lease.plan();
   const VariableLocks locks(p);
-  if (outputs.size() != p.outputs.size()) outputs.resize(p.outputs.size());
+  // (`outputs` may be `inputs`: resized only after the run.)
   const DirectOutputs direct(p, inputs, outputs);
   f.execute(p, inputs);
+  if (outputs.size() != p.outputs.size()) outputs.resize(p.outputs.size());
   for (std::size_t i = 0; i < p.outputs.size(); ++i) {
     if (direct.into(i)) continue;
     const Value& v = p.values[static_cast<std::size_t>(p.outputs[i])];

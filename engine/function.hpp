@@ -68,7 +68,10 @@ class Function {
 
   /// Feeds `inputs` (same order as the placeholders) and returns the outputs.
   std::vector<NDArray> operator()(const std::vector<NDArray>& inputs) const;
-  /// Writes the outputs into `outputs`, reusing arrays whose shape and dtype already match.
+  /// Writes the outputs into `outputs`, reusing arrays whose shape and dtype already match: an
+  /// array no other NDArray shares is computed into directly (no copy after the run), so a call
+  /// that throws may leave such arrays partly written (variables are left as they were).
+  /// `outputs` may be `inputs` itself.
   void run(const std::vector<NDArray>& inputs, std::vector<NDArray>& outputs) const;
   /// The same with feeds that may be sparse: a sparse placeholder takes a SparseValue (checked:
   /// indices of the right rank and in range, else ValueError). Its entries are copied and padded

@@ -577,4 +577,15 @@ TEST(Function, OutputsReusedByTheCallerHoldTheCallsValues) {
             << (which == 0 ? "transpose" : "dot") << " (" << r << ", " << c << ")";
       }
   }
+  // ... with more outputs than inputs, and fewer: the vector is resized only after the run.
+  auto b = K::placeholder({2, 2});
+  std::vector<NDArray> io{NDArray::full(Shape{2, 2}, 3.0)};
+  K::function({b}, {b * 2.0, b + 1.0}).run(io, io);
+  ASSERT_EQ(io.size(), 2u);
+  EXPECT_EQ(io[0].to_vector(), std::vector<double>(4, 6.0));
+  EXPECT_EQ(io[1].to_vector(), std::vector<double>(4, 4.0));
+  auto c = K::placeholder({2, 2});
+  K::function({b, c}, {b + c}).run(io, io);
+  ASSERT_EQ(io.size(), 1u);
+  EXPECT_EQ(io[0].to_vector(), std::vector<double>(4, 10.0));
 }
