@@ -6,6 +6,8 @@
 //     the LSTM's shapes
 //   BM_GemmSharedB/<0 two products, 1 one joint product>/<threads>: an LSTM loop's weight
 //     gradients h^T dZ and x^T dZ (128 and 28 rows, depth 3584, 512 columns), which share dZ
+//   BM_PackPanel/<panel width>/<0 transposed, 1 copied>: packing a 128 x 256 operand into the
+//     blocked product's micro-panels
 //   BM_FmaPeak/<threads> (bench_peak.cpp): the FMA peak, to read FLOPS counters against
 //   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
@@ -20,6 +22,7 @@
 //   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -162,6 +165,34 @@ void BM_GemmSharedB(benchmark::State& state) {
 }
 BENCHMARK(BM_GemmSharedB)
     ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// Packing the blocked product's micro-panels (kernels::pack_micro_panel), as a 128 x 256 operand
+// of the LSTM's and MLP's products is packed: <panel width: 12 = skx's B panels, 32 = its A
+// panels>/<0 rows contiguous (transposed in registers), 1 columns contiguous (copied)>.
+void BM_PackPanel(benchmark::State& state) {
+  const std::int64_t w = state.range(0), rows = 128, depth = 256;
+  const bool copy = state.range(1) != 0;
+  const std::int64_t panels = (rows + w - 1) / w;
+  std::vector<float> src(rows * depth, 0.5f), dst(panels * w * depth);
+  for (auto _ : state) {
+    for (std::int64_t i = 0; i < panels; ++i) {
+      const std::int64_t r = std::min(w, rows - i * w);
+      if (copy)  // the source stored depth-major (depth x rows): a panel's column is contiguous
+        ktape::kernels::pack_micro_panel<float>(src.data() + i * w, 1, rows, r, depth, w, w,
+                                                dst.data() + i * w * depth);
+      else
+        ktape::kernels::pack_micro_panel<float>(src.data() + i * w * depth, depth, 1, r, depth, w,
+                                                w, dst.data() + i * w * depth);
+    }
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * depth * 4);
+  state.SetLabel(copy ? "copied" : "transposed");
+}
+BENCHMARK(BM_PackPanel)
+    ->ArgsProduct({{12, 32}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 
