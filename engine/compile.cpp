@@ -353,7 +353,7 @@ class Compiler {
         first.in_values.push_back(later.out);
         first.extra_outs.push_back(later.out);
         val(first.out).scratch_bytes = joint.scratch_bytes;
-        last_write[static_cast<std::size_t>(later.out)] = static_cast<int>(s1);
+        last_write[static_cast<std::size_t>(root_of(later.out))] = static_cast<int>(s1);
         gone[s2] = joined[s1] = 1;
         break;
       }

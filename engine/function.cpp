@@ -465,10 +465,11 @@ class DirectOutputs {
       if (overlaps) continue;
       into_[i] = static_cast<char*>(o.raw_data());
       point(i, into_[i]);
+      any_ = true;
     }
   }
   ~DirectOutputs() {
-    for (std::size_t i = 0; i < into_.size(); ++i)
+    for (std::size_t i = 0; any_ && i < into_.size(); ++i)
       if (into_[i]) point(i, static_cast<char*>(value_ptr(p_, p_.outputs[i])));
   }
   DirectOutputs(const DirectOutputs&) = delete;
@@ -478,7 +479,7 @@ class DirectOutputs {
   // Where value v is after the run: in a caller's array when its buffer went there.
   const void* source(int v) const {
     const int root = p_.values[static_cast<std::size_t>(v)].root;
-    for (std::size_t i = 0; i < into_.size(); ++i)
+    for (std::size_t i = 0; any_ && i < into_.size(); ++i)
       if (into_[i] && p_.values[static_cast<std::size_t>(p_.outputs[i])].root == root)
         return into_[i] + p_.values[static_cast<std::size_t>(v)].alias_offset;
     return value_ptr(p_, v);
@@ -492,6 +493,7 @@ class DirectOutputs {
 
   Plan& p_;
   std::vector<char*>& into_;
+  bool any_ = false;  // some output goes into a caller's array
 };
 
 }  // namespace
