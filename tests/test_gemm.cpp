@@ -492,6 +492,62 @@ TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
   }
 }
 
+TEST(Gemm, TasksTakingEachOthersUnitsRunEveryUnitOnce) {
+  // Products of one depth block (k <= 200 is one block for every BLIS kernel set), whose tasks
+  // take the last units of other tasks' cells once their own are done: at thread counts that
+  // give uneven cells, more tasks than cores (16 on this machine's 2, so that tasks start late
+  // and run out at different times), and accumulating, so that a unit run twice or skipped
+  // shows in C.
+  for (GemmLibrary lib : libraries())
+    for (int threads : {2, 3, 5, 16}) {
+      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                      static_cast<std::size_t>(threads));
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        for (int round = 0; round < 3; ++round)
+          for (bool acc : {false, true}) {
+            check_product<float>(lib, 128, 128, 200, false, false, false, acc, true);
+            check_product<float>(lib, 300, 70, 150, true, false, false, acc, true);
+            check_product<double>(lib, 130, 200, 120, false, true, false, acc, true);
+            check_product<float>(lib, 70, 300, 28, false, false, true, acc, true);
+          }
+      });
+    }
+}
+
+TEST(Gemm, OneDepthBlockSameBitsAtAnyThreadCount) {
+  // The same product of one depth block at 1, 2, 3 and 16 threads: a unit computes its tiles
+  // alike whichever task runs it. Also two products sharing an operand (one blocked product).
+  for (GemmLibrary lib : libraries()) {
+    const UseLibrary use(lib);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const std::int64_t m = 128, k = 200, n = 300, m1 = 28;
+    std::vector<float> a(m * k), a1(m1 * k), b(k * n);
+    for (auto* v : {&a, &a1, &b})
+      for (auto& x : *v) x = u(rng);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3, 16}) {
+      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                      static_cast<std::size_t>(threads));
+      tbb::task_arena arena(threads);
+      std::vector<float> c(m * n), c2((m + m1) * n);
+      const ktape::kernels::GemmPart<float> parts[] = {
+          {m, {a.data(), 1, m}, {c2.data(), n, 1}},
+          {m1, {a1.data(), 1, m1}, {c2.data() + m * n, n, 1}}};
+      arena.execute([&] {
+        ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1},
+                                             {c.data(), n, 1}, false);
+        ktape::kernels::parallel_gemm_shared_b<float>(parts, 2, n, k, {b.data(), n, 1});
+      });
+      c.insert(c.end(), c2.begin(), c2.end());
+      results.push_back(c);
+    }
+    for (std::size_t r = 1; r < results.size(); ++r)
+      EXPECT_EQ(results[0], results[r]) << ktape::kernels::gemm_library_name(lib) << " " << r;
+  }
+}
+
 TEST(Gemm, ProductsSharingAnOperandSameBitsAtAnyThreadCount) {
   for (GemmLibrary lib : libraries()) {
     const UseLibrary use(lib);

@@ -47,7 +47,8 @@ std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::si
 // The same product, over oneTBB tasks. With BLIS's kernels: ktape's blocked product around
 // BLIS's micro-kernel (gemm_blis.hpp: operands packed once per depth block by all threads and
 // shared, the output's micro-tiles split into as many tasks as the work and the thread count
-// give; the same bits at any split). With Eigen's, and for a deep product with too few
+// give, which even out their ends by taking each other's last units where the depth is one
+// block; the same bits at any split). With Eigen's, and for a deep product with too few
 // micro-tiles to feed the threads: tiles and depth slices as gemm_tiles says. `scratch` holds
 // parallel_gemm_scratch(m, n, k, sizeof(T)) bytes aligned for T (a Function's arena: packed
 // panels or partial sums), or is null and the call allocates them.

@@ -296,18 +296,34 @@ void for_parts(const Problem<T>& p, std::int64_t g0, std::int64_t g1, F&& f) {
 
 // The 2-D task grid over mp x np micro-tiles for `tasks` tasks: the fewest micro-tiles in the
 // largest task, then the least data read (a task reads its rows of A and its columns of B).
+// With `stealing` (a product of one depth block, whose tasks take each other's last units), the
+// largest task may have up to a quarter more micro-tiles if that saves reads, and a panel that
+// is packed by transposing (`a_costs`, `b_costs`: 2, else 1) weighs twice: such panels cost
+// the most to pack and to share between cores. 128x256x128 on 2 threads then splits the
+// columns, so that each task transposes and reads its own panels of A^T; it split the rows of
+// B^T, and both tasks read every transposed panel (packing took 27k cycles in all, against 13k
+// on one thread).
 struct Grid {
   std::int64_t gm, gn;
 };
 Grid task_grid(std::int64_t mp, std::int64_t np, std::int64_t tasks, std::int64_t mr,
-               std::int64_t nr) {
+               std::int64_t nr, bool stealing = false, std::int64_t a_costs = 1,
+               std::int64_t b_costs = 1) {
+  std::int64_t min_span = mp * np;
+  for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm)
+    min_span = std::min(min_span, ceil_div(mp, gm) * ceil_div(np, std::min(np, tasks / gm)));
+  const std::int64_t span_limit = stealing ? min_span + min_span / 4 : min_span;
   Grid best{1, 1};
-  std::int64_t best_span = mp * np, best_reads = mp * mr + np * nr;
+  std::int64_t best_span = mp * np, best_reads = -1;
   for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm) {
     const std::int64_t gn = std::min(np, tasks / gm);
     const std::int64_t span = ceil_div(mp, gm) * ceil_div(np, gn);
-    const std::int64_t reads = gn * mp * mr + gm * np * nr;
-    if (span < best_span || (span == best_span && reads < best_reads)) {
+    if (span > span_limit) continue;
+    const std::int64_t reads = gn * mp * mr * a_costs + gm * np * nr * b_costs;
+    const bool better =
+        stealing ? best_reads < 0 || reads < best_reads || (reads == best_reads && span < best_span)
+                 : span < best_span || (span == best_span && reads < best_reads);
+    if (better) {
       best = {gm, gn};
       best_span = span;
       best_reads = reads;
@@ -396,6 +412,47 @@ struct Kept {
   bool ready = false;
 };
 
+// A cell of the task grid: its micro-panel rows [ip0, ip1) and columns [jp0, jp1), walked in
+// `units` (row block, column) pairs.
+struct CellSpan {
+  std::int64_t ip0 = 0, ip1 = 0, jp0 = 0, jp1 = 0, cols = 1, units = 0, turn_b = 0, tj = 0;
+  std::int64_t unit_rows = 1;            // micro-panels of A per unit (at most MC rows)
+  std::int64_t blocks = 0, turn_rb = 0;  // row blocks, and the first one the cell's task runs
+};
+
+// The units left in each cell, [front, back) in one word: the cell's own task takes them from
+// the front, in its order; a task whose cell is empty takes them from the back.
+constexpr std::int64_t kMaxCells = 128;
+constexpr std::int64_t kUnitsPerCell = 8;
+class Cells {
+ public:
+  void reset(std::int64_t cell, std::int64_t units) {
+    span_[cell].v.store(static_cast<std::uint64_t>(units) << 32, std::memory_order_relaxed);
+  }
+  std::int64_t take_front(std::int64_t cell) {
+    auto& a = span_[cell].v;
+    std::uint64_t v = a.load(std::memory_order_relaxed);
+    while ((v & 0xffffffffu) < (v >> 32))
+      if (a.compare_exchange_weak(v, v + 1, std::memory_order_relaxed))
+        return static_cast<std::int64_t>(v & 0xffffffffu);
+    return -1;
+  }
+  std::int64_t take_back(std::int64_t cell) {
+    auto& a = span_[cell].v;
+    std::uint64_t v = a.load(std::memory_order_relaxed);
+    while ((v & 0xffffffffu) < (v >> 32))
+      if (a.compare_exchange_weak(v, v - (std::uint64_t{1} << 32), std::memory_order_relaxed))
+        return static_cast<std::int64_t>(v >> 32) - 1;
+    return -1;
+  }
+
+ private:
+  struct alignas(64) Span {
+    std::atomic<std::uint64_t> v{0};
+  };
+  Span span_[kMaxCells];
+};
+
 template <class T>
 void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* scratch, Kept<T> ka,
                  Kept<T> kb, bool one_task) {
@@ -407,7 +464,13 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   const std::int64_t tasks = std::clamp<std::int64_t>(
       static_cast<std::int64_t>(block_flops * double(l.group) / kMinTaskFlops), 1,
       one_task ? 1 : std::min(usable_threads(), mp * np));
-  const Grid grid = task_grid(mp, np, tasks, u.mr, u.nr);
+  // Tasks steal where every region is of one depth block (below); the grid may then favour
+  // private transposes.
+  const bool one_block = l.group == 1;
+  const MatRef<const T> oa = p.axis == 0 ? p.op[0] : p.shared,
+                        ob = p.axis == 0 ? p.shared : p.op[0];
+  const Grid grid =
+      task_grid(mp, np, tasks, u.mr, u.nr, one_block, oa.rs != 1 ? 2 : 1, ob.cs != 1 ? 2 : 1);
   const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
   cntx_t* const cntx = kernels().cntx;
@@ -432,14 +495,47 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   // The temporary tile, laid out as the kernel prefers.
   const std::int64_t tile_rs = u.prefers_rows ? u.nr : 1, tile_cs = u.prefers_rows ? 1 : u.mr;
 
+  // A task's cell of the grid is walked in units: a row block (at most MC rows of its micro-panels)
+  // against one column micro-panel of B. In a region of one depth block a task that has run out
+  // of units takes the last ones of another cell (Cells): a worker that starts late, or a cell
+  // with more columns, no longer holds up the join. (With several blocks a tile's blocks must
+  // run in order, on one task.) Every unit computes its tiles alike whoever runs it.
+  const std::int64_t cells = grid.gm * grid.gn;
+  const bool stealing = one_block && cells > 1 && cells <= kMaxCells;
+  Cells cell_units;
+  auto cell_of = [&](std::int64_t t) {
+    CellSpan s;
+    const std::int64_t ti = t / grid.gn, tj = t % grid.gn;
+    s.ip0 = ti * rows_per;
+    s.ip1 = std::min(mp, s.ip0 + rows_per);
+    s.jp0 = tj * cols_per;
+    s.jp1 = std::min(np, s.jp0 + cols_per);
+    if (s.ip0 >= s.ip1 || s.jp0 >= s.jp1) return CellSpan{};
+    s.cols = s.jp1 - s.jp0;
+    // Row blocks of MC rows; where tasks steal, units small enough that a cell has about
+    // kUnitsPerCell (so that the last ones even out the tasks): as few row blocks as that
+    // allows, of equal size.
+    const std::int64_t rows = s.ip1 - s.ip0;
+    const std::int64_t blocks =
+        stealing ? std::clamp(ceil_div(kUnitsPerCell, s.cols), ceil_div(rows, mc_panels), rows)
+                 : ceil_div(rows, mc_panels);
+    s.unit_rows = stealing ? ceil_div(rows, blocks) : mc_panels;
+    s.blocks = ceil_div(rows, s.unit_rows);
+    s.units = s.blocks * s.cols;
+    // Tasks that share panels start on different ones: a task's place in the other direction of
+    // the grid turns its walk over its columns and over its row blocks.
+    s.turn_b = ti * s.cols / grid.gm;
+    s.turn_rb = tj * s.blocks / grid.gn;
+    s.tj = tj;
+    return s;
+  };
+
   for (std::int64_t g0 = 0; g0 < l.blocks.count; g0 += l.group) {
     const std::int64_t g1 = std::min(l.blocks.count, g0 + l.group);
     std::fill(states, states + (g1 - g0) * (mp + np), std::uint8_t{0});
+    if (stealing)
+      for (std::int64_t t = 0; t < cells; ++t) cell_units.reset(t, cell_of(t).units);
     auto task = [&](std::int64_t t) {
-      const std::int64_t ti = t / grid.gn, tj = t % grid.gn;
-      const std::int64_t ip0 = ti * rows_per, ip1 = std::min(mp, ip0 + rows_per);
-      const std::int64_t jp0 = tj * cols_per, jp1 = std::min(np, jp0 + cols_per);
-      if (ip0 >= ip1 || jp0 >= jp1) return;
       alignas(64) T tile[kMaxTile];
       auxinfo_t aux{};
       bli_auxinfo_set_schema_a(BLIS_PACKED_ROW_PANELS, &aux);
@@ -449,69 +545,95 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
       bli_auxinfo_set_ps_a(l.ps_a, &aux);
       bli_auxinfo_set_ps_b(l.ps_b, &aux);
       bli_auxinfo_set_ukr(reinterpret_cast<void_fp>(u.ukr), &aux);
-      for (std::int64_t blk = g0; blk < g1; ++blk) {
+      // The A panels [ready_i0, ready_i1) of depth block ready_blk are known to be packed.
+      std::int64_t ready_i0 = 0, ready_i1 = 0, ready_blk = -1;
+      // Unit `unit` of cell `s` for depth block blk: its row block's A panels, its B panel, and
+      // the micro-kernel over its tiles.
+      auto run_unit = [&](std::int64_t blk, const CellSpan& s, std::int64_t block, std::int64_t jj)
+          __attribute__((always_inline)) {
         const std::int64_t k0 = blk * depth, kc = std::min(depth, p.k - k0);
         T* const own = packs + (blk - g0) * l.per_block;
         T* const pa = ka.data ? ka.data + blk * mp * l.ps_a : own;
         T* const pb = kb.data ? kb.data + blk * np * l.ps_b : own + mp * l.ps_a;
         std::uint8_t* const sa = states + (blk - g0) * (mp + np);
         std::uint8_t* const sb = sa + mp;
-        auto pack_a = [&](std::int64_t i) {
-          if (ka.ready) return;
-          ensure_packed(sa[i], [&] { pack(0, i, k0, kc, pa + i * l.ps_a); });
-        };
-        auto pack_b = [&](std::int64_t j) {
-          if (kb.ready) return;
-          ensure_packed(sb[j], [&] { pack(1, j, k0, kc, pb + j * l.ps_b); });
-        };
         T beta(acc || blk > 0 ? 1 : 0);
-        // Tasks that share panels start on different ones: a task's place in the other
-        // direction of the grid turns its walk.
-        const std::int64_t cols = jp1 - jp0;
-        const std::int64_t turn_b = ti * cols / grid.gm;
-        for (std::int64_t ib0 = ip0; ib0 < ip1; ib0 += mc_panels) {
-          const std::int64_t ib1 = std::min(ip1, ib0 + mc_panels), rows = ib1 - ib0;
-          const std::int64_t turn_a = tj * rows / grid.gn;
-          for (std::int64_t ii = 0; ii < rows; ++ii) pack_a(ib0 + (ii + turn_a) % rows);
-          for (std::int64_t jj = 0; jj < cols; ++jj) {
-            const std::int64_t j = jp0 + (jj + turn_b) % cols;
-            pack_b(j);
-            const std::int64_t c0 = j * u.nr, nc = std::min(u.nr, p.n - c0);
-            T* const b_panel = pb + j * l.ps_b;
-            for (std::int64_t i = ib0; i < ib1; ++i) {
-              const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
-              bli_auxinfo_set_next_a(pa + (i + 1 < ib1 ? i + 1 : ib0) * l.ps_a, &aux);
-              bli_auxinfo_set_next_b(b_panel, &aux);
-              // The tile's C: one part's, or (a tile across parts) each part's share of it.
-              const std::int64_t g0 = p.axis == 0 ? r0 : c0, g1 = g0 + (p.axis == 0 ? mrr : nc);
-              int s = 0;
-              while (g0 >= p.off[s + 1]) ++s;
-              const MatRef<T>& c = p.c[s];
-              if (in_place[s] && mrr == u.mr && nc == u.nr && g1 <= p.off[s + 1]) {
-                const std::int64_t lr = p.axis == 0 ? r0 - p.off[s] : r0,
-                                   lc = p.axis == 0 ? c0 : c0 - p.off[s];
-                u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta,
-                      c.p + lr * c.rs + lc * c.cs, c.rs, c.cs, &aux, cntx);
-                continue;
-              }
-              u.ukr(u.mr, u.nr, kc, &one, pa + i * l.ps_a, b_panel, &zero, tile, tile_rs, tile_cs,
-                    &aux, cntx);
-              for_parts(
-                  p, g0, g1, [&](int q, std::int64_t first, std::int64_t count, std::int64_t at) {
-                    const MatRef<T>& cq = p.c[q];
-                    if (p.axis == 0)
-                      tile_into(tile + at * tile_rs, tile_rs, tile_cs, count, nc, beta != T(0),
-                                cq.p + first * cq.rs + c0 * cq.cs, cq.rs, cq.cs);
-                    else
-                      tile_into(tile + at * tile_cs, tile_rs, tile_cs, mrr, count, beta != T(0),
-                                cq.p + r0 * cq.rs + first * cq.cs, cq.rs, cq.cs);
-                  });
-            }
+        const std::int64_t rb =
+            block + s.turn_rb < s.blocks ? block + s.turn_rb : block + s.turn_rb - s.blocks;
+        const std::int64_t ib0 = s.ip0 + rb * s.unit_rows;
+        const std::int64_t ib1 = std::min(s.ip1, ib0 + s.unit_rows), rows = ib1 - ib0;
+        const std::int64_t j =
+            s.jp0 + (jj + s.turn_b < s.cols ? jj + s.turn_b : jj + s.turn_b - s.cols);
+        if (!ka.ready && (blk != ready_blk || ib0 < ready_i0 || ib1 > ready_i1)) {
+          ready_i0 = ib0;  // once per row block (a stolen unit's may be cut otherwise)
+          ready_i1 = ib1;
+          ready_blk = blk;
+          const std::int64_t turn_a = s.tj * rows / grid.gn;
+          for (std::int64_t ii = 0; ii < rows; ++ii) {
+            const std::int64_t i = ib0 + (ii + turn_a) % rows;
+            ensure_packed(sa[i], [&] { pack(0, i, k0, kc, pa + i * l.ps_a); });
           }
         }
+        if (!kb.ready) ensure_packed(sb[j], [&] { pack(1, j, k0, kc, pb + j * l.ps_b); });
+        const std::int64_t c0 = j * u.nr, nc = std::min(u.nr, p.n - c0);
+        T* const b_panel = pb + j * l.ps_b;
+        for (std::int64_t i = ib0; i < ib1; ++i) {
+          const std::int64_t r0 = i * u.mr, mrr = std::min(u.mr, p.m - r0);
+          bli_auxinfo_set_next_a(pa + (i + 1 < ib1 ? i + 1 : ib0) * l.ps_a, &aux);
+          bli_auxinfo_set_next_b(b_panel, &aux);
+          // The tile's C: one part's, or (a tile across parts) each part's share of it.
+          const std::int64_t e0 = p.axis == 0 ? r0 : c0, e1 = e0 + (p.axis == 0 ? mrr : nc);
+          int q = 0;
+          while (e0 >= p.off[q + 1]) ++q;
+          const MatRef<T>& c = p.c[q];
+          if (in_place[q] && mrr == u.mr && nc == u.nr && e1 <= p.off[q + 1]) {
+            const std::int64_t lr = p.axis == 0 ? r0 - p.off[q] : r0,
+                               lc = p.axis == 0 ? c0 : c0 - p.off[q];
+            u.ukr(mrr, nc, kc, &one, pa + i * l.ps_a, b_panel, &beta, c.p + lr * c.rs + lc * c.cs,
+                  c.rs, c.cs, &aux, cntx);
+            continue;
+          }
+          u.ukr(u.mr, u.nr, kc, &one, pa + i * l.ps_a, b_panel, &zero, tile, tile_rs, tile_cs, &aux,
+                cntx);
+          for_parts(p, e0, e1, [&](int w, std::int64_t first, std::int64_t count, std::int64_t at) {
+            const MatRef<T>& cw = p.c[w];
+            if (p.axis == 0)
+              tile_into(tile + at * tile_rs, tile_rs, tile_cs, count, nc, beta != T(0),
+                        cw.p + first * cw.rs + c0 * cw.cs, cw.rs, cw.cs);
+            else
+              tile_into(tile + at * tile_cs, tile_rs, tile_cs, mrr, count, beta != T(0),
+                        cw.p + r0 * cw.rs + first * cw.cs, cw.rs, cw.cs);
+          });
+        }
+      };
+      const CellSpan mine = cell_of(t);
+      if (!stealing) {
+        for (std::int64_t blk = g0; blk < g1; ++blk)
+          for (std::int64_t block = 0; block < mine.blocks; ++block)
+            for (std::int64_t jj = 0; jj < mine.cols; ++jj) run_unit(blk, mine, block, jj);
+        return;
+      }
+      // Unit u is row block u / cols, column u % cols: the cell's own units come in order.
+      std::int64_t block = 0, jj = 0;
+      for (std::int64_t unit, next = 0; (unit = cell_units.take_front(t)) >= 0; next = unit + 1) {
+        if (unit != next) {
+          block = unit / mine.cols;
+          jj = unit % mine.cols;
+        }
+        run_unit(g0, mine, block, jj);
+        if (++jj == mine.cols) {
+          jj = 0;
+          ++block;
+        }
+      }
+      for (std::int64_t d = 1; d < cells; ++d) {
+        const std::int64_t v = (t + d) % cells;
+        const CellSpan theirs = cell_of(v);
+        for (std::int64_t unit; (unit = cell_units.take_back(v)) >= 0;)
+          run_unit(g0, theirs, unit / theirs.cols, unit % theirs.cols);
       }
     };
-    parallel_slots(grid.gm * grid.gn, task);
+    parallel_slots(cells, task);
   }
 }
 

@@ -24,7 +24,8 @@ void serial(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, M
 // C = A B (or C += A B) with ktape's loops around BLIS's micro-kernel. For each block of the
 // depth both operands are packed once, by all threads, into `scratch`; the output's micro-tiles
 // are then split into as many tasks as the work and the thread count give, each task reading the
-// shared packs. Every micro-tile is computed alike whichever task runs it (the same packed
+// shared packs (in a product of one depth block, a task that is done takes the last units of
+// the others). Every micro-tile is computed alike whichever task runs it (the same packed
 // panels, the same depth blocks, fixed by the shape), so the bits do not depend on the split or
 // the thread count. `scratch` holds blocked_scratch(m, n, k) bytes, 64-byte aligned, or is null
 // and the call allocates it.
