@@ -309,16 +309,21 @@ struct Grid {
 Grid task_grid(std::int64_t mp, std::int64_t np, std::int64_t tasks, std::int64_t mr,
                std::int64_t nr, bool stealing = false, std::int64_t a_costs = 1,
                std::int64_t b_costs = 1) {
-  std::int64_t min_span = mp * np;
-  for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm)
-    min_span = std::min(min_span, ceil_div(mp, gm) * ceil_div(np, std::min(np, tasks / gm)));
+  // Stealing moves units between cells only: a grid with fewer cells than another leaves
+  // threads idle, so only grids of the most cells compete.
+  std::int64_t min_span = mp * np, most_cells = 1;
+  for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm) {
+    const std::int64_t gn = std::min(np, tasks / gm);
+    min_span = std::min(min_span, ceil_div(mp, gm) * ceil_div(np, gn));
+    most_cells = std::max(most_cells, gm * gn);
+  }
   const std::int64_t span_limit = stealing ? min_span + min_span / 4 : min_span;
   Grid best{1, 1};
   std::int64_t best_span = mp * np, best_reads = -1;
   for (std::int64_t gm = 1; gm <= std::min(mp, tasks); ++gm) {
     const std::int64_t gn = std::min(np, tasks / gm);
     const std::int64_t span = ceil_div(mp, gm) * ceil_div(np, gn);
-    if (span > span_limit) continue;
+    if (span > span_limit || (stealing && gm * gn < most_cells)) continue;
     const std::int64_t reads = gn * mp * mr * a_costs + gm * np * nr * b_costs;
     const bool better =
         stealing ? best_reads < 0 || reads < best_reads || (reads == best_reads && span < best_span)
@@ -470,7 +475,8 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
   const MatRef<const T> oa = p.axis == 0 ? p.op[0] : p.shared,
                         ob = p.axis == 0 ? p.shared : p.op[0];
   const Grid grid =
-      task_grid(mp, np, tasks, u.mr, u.nr, one_block, oa.rs != 1 ? 2 : 1, ob.cs != 1 ? 2 : 1);
+      one_block ? task_grid(mp, np, tasks, u.mr, u.nr, true, oa.rs != 1 ? 2 : 1, ob.cs != 1 ? 2 : 1)
+                : task_grid(mp, np, tasks, u.mr, u.nr);
   const std::int64_t rows_per = ceil_div(mp, grid.gm), cols_per = ceil_div(np, grid.gn);
   const std::int64_t mc_panels = std::max<std::int64_t>(1, u.mc / u.mr);
   cntx_t* const cntx = kernels().cntx;
@@ -525,7 +531,7 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
     // Tasks that share panels start on different ones: a task's place in the other direction of
     // the grid turns its walk over its columns and over its row blocks.
     s.turn_b = ti * s.cols / grid.gm;
-    s.turn_rb = tj * s.blocks / grid.gn;
+    s.turn_rb = stealing ? tj * s.blocks / grid.gn : 0;
     s.tj = tj;
     return s;
   };
@@ -613,13 +619,10 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
             for (std::int64_t jj = 0; jj < mine.cols; ++jj) run_unit(blk, mine, block, jj);
         return;
       }
-      // Unit u is row block u / cols, column u % cols: the cell's own units come in order.
+      // Unit u is row block u / cols, column u % cols. Only this task takes from the front of
+      // its cell, so its units come in order.
       std::int64_t block = 0, jj = 0;
-      for (std::int64_t unit, next = 0; (unit = cell_units.take_front(t)) >= 0; next = unit + 1) {
-        if (unit != next) {
-          block = unit / mine.cols;
-          jj = unit % mine.cols;
-        }
+      while (cell_units.take_front(t) >= 0) {
         run_unit(g0, mine, block, jj);
         if (++jj == mine.cols) {
           jj = 0;
