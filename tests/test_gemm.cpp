@@ -501,6 +501,7 @@ TEST(Gemm, TasksTakingEachOthersUnitsRunEveryUnitOnce) {
   // (BLIS's blocked product only: Eigen's tiles never steal.)
   const GemmLibrary lib = GemmLibrary::blis;
   if (libraries().back() != lib) GTEST_SKIP() << "built without BLIS";
+  const std::uint64_t taken = ktape::kernels::gemm_units_taken();
   for (int threads : {2, 3, 5, 16}) {
     const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
                                     static_cast<std::size_t>(threads));
@@ -514,6 +515,14 @@ TEST(Gemm, TasksTakingEachOthersUnitsRunEveryUnitOnce) {
       }
     });
   }
+  // Some task did take units (else the test proved nothing): 16 tasks on this machine's 2 cores
+  // run out at different times; more calls until one does, should these not have.
+  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 16);
+  tbb::task_arena arena(16);
+  for (int call = 0; call < 200 && ktape::kernels::gemm_units_taken() == taken; ++call)
+    arena.execute(
+        [&] { check_product<float>(lib, 256, 256, 200, false, false, false, true, true); });
+  EXPECT_GT(ktape::kernels::gemm_units_taken(), taken);
 }
 
 TEST(Gemm, OneDepthBlockSameBitsAtAnyThreadCount) {

@@ -360,6 +360,14 @@ void apply_gemm_environment() {
         "KTAPE_GEMM=blis, but this build of ktape has no BLIS (configured with -DKTAPE_BLIS=OFF)");
 }
 
+std::uint64_t gemm_units_taken() {
+#if KTAPE_BLIS
+  return blis::units_taken();
+#else
+  return 0;
+#endif
+}
+
 void set_gemm_pack_budget(std::int64_t bytes) {
 #if KTAPE_BLIS
   blis::set_pack_bytes(bytes);

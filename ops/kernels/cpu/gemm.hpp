@@ -128,6 +128,9 @@ std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k
 // runs several depth blocks (default 2 MiB). Scratch sizes follow it: change it only before any
 // Function is compiled (tests do, to reach several regions with small products).
 void set_gemm_pack_budget(std::int64_t bytes);
+// How many units of work (a row block against a column panel) the blocked product's tasks have
+// taken from other tasks, since the start; 0 without BLIS. For tests.
+std::uint64_t gemm_units_taken();
 
 // The serial kernel: BLIS when the build has it (KTAPE_BLIS) and BLIS has kernels for this CPU
 // (its own choice, or skx / haswell by the CPU's instruction sets where BLIS 0.9 does not know

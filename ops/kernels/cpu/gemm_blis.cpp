@@ -428,6 +428,7 @@ struct CellSpan {
 // The units left in each cell, [front, back) in one word: the cell's own task takes them from
 // the front, in its order; a task whose cell is empty takes them from the back.
 constexpr std::int64_t kMaxCells = 128;
+std::atomic<std::uint64_t> g_units_taken{0};  // units_taken()
 constexpr std::int64_t kUnitsPerCell = 8;
 class Cells {
  public:
@@ -632,8 +633,10 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
       for (std::int64_t d = 1; d < cells; ++d) {
         const std::int64_t v = (t + d) % cells;
         const CellSpan theirs = cell_of(v);
-        for (std::int64_t unit; (unit = cell_units.take_back(v)) >= 0;)
+        for (std::int64_t unit; (unit = cell_units.take_back(v)) >= 0;) {
           run_unit(g0, theirs, unit / theirs.cols, unit % theirs.cols);
+          g_units_taken.fetch_add(1, std::memory_order_relaxed);
+        }
       }
     };
     parallel_slots(cells, task);
@@ -650,6 +653,8 @@ bool blocked_available() {
   const Micro<T>& u = micro<T>();
   return u.ukr != nullptr && u.mr * u.nr <= kMaxTile && u.mr > 0 && u.nr > 0;
 }
+
+std::uint64_t units_taken() { return g_units_taken.load(std::memory_order_relaxed); }
 
 void set_pack_bytes(std::int64_t bytes) {
   g_pack_bytes.store(std::max<std::int64_t>(bytes, 1), std::memory_order_relaxed);

@@ -53,6 +53,10 @@ std::size_t kept_bytes(std::int64_t m, std::int64_t n, std::int64_t k, int which
 // set_gemm_pack_budget).
 void set_pack_bytes(std::int64_t bytes);
 
+// Units of the blocked product that a task took from another task's cell, since the start (for
+// tests: gemm_units_taken()).
+std::uint64_t units_taken();
+
 // Whether the blocked product serves this type (BLIS's micro-tile fits its temporary tile).
 template <class T>
 bool blocked_available();
