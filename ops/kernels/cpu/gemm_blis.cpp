@@ -430,13 +430,13 @@ struct CellSpan {
 constexpr std::int64_t kMaxCells = 128;
 std::atomic<std::uint64_t> g_units_taken{0};  // units_taken()
 constexpr std::int64_t kUnitsPerCell = 8;
-class Cells {
+class Cells {  // trivially built: a call initializes only the cells it uses (reset)
  public:
   void reset(std::int64_t cell, std::int64_t units) {
-    span_[cell].v.store(static_cast<std::uint64_t>(units) << 32, std::memory_order_relaxed);
+    word(cell).store(static_cast<std::uint64_t>(units) << 32, std::memory_order_relaxed);
   }
   std::int64_t take_front(std::int64_t cell) {
-    auto& a = span_[cell].v;
+    auto a = word(cell);
     std::uint64_t v = a.load(std::memory_order_relaxed);
     while ((v & 0xffffffffu) < (v >> 32))
       if (a.compare_exchange_weak(v, v + 1, std::memory_order_relaxed))
@@ -444,7 +444,7 @@ class Cells {
     return -1;
   }
   std::int64_t take_back(std::int64_t cell) {
-    auto& a = span_[cell].v;
+    auto a = word(cell);
     std::uint64_t v = a.load(std::memory_order_relaxed);
     while ((v & 0xffffffffu) < (v >> 32))
       if (a.compare_exchange_weak(v, v - (std::uint64_t{1} << 32), std::memory_order_relaxed))
@@ -453,8 +453,11 @@ class Cells {
   }
 
  private:
+  std::atomic_ref<std::uint64_t> word(std::int64_t cell) {
+    return std::atomic_ref<std::uint64_t>(span_[cell].v);
+  }
   struct alignas(64) Span {
-    std::atomic<std::uint64_t> v{0};
+    std::uint64_t v;
   };
   Span span_[kMaxCells];
 };
@@ -630,14 +633,14 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
           ++block;
         }
       }
+      std::uint64_t taken = 0;
       for (std::int64_t d = 1; d < cells; ++d) {
         const std::int64_t v = (t + d) % cells;
         const CellSpan theirs = cell_of(v);
-        for (std::int64_t unit; (unit = cell_units.take_back(v)) >= 0;) {
+        for (std::int64_t unit; (unit = cell_units.take_back(v)) >= 0; ++taken)
           run_unit(g0, theirs, unit / theirs.cols, unit % theirs.cols);
-          g_units_taken.fetch_add(1, std::memory_order_relaxed);
-        }
       }
+      if (taken > 0) g_units_taken.fetch_add(taken, std::memory_order_relaxed);
     };
     parallel_slots(cells, task);
   }

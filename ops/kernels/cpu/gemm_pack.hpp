@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -117,29 +118,24 @@ void copy_panel(const T* src, std::int64_t cs, std::int64_t kc, T* dst) {
   for (std::int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * W, src + p * cs, W * sizeof(T));
 }
 
+// copy_panel at the micro-kernels' widths Ws, when packmr is one of them (else false).
+template <class T, int... Ws>
+bool copy_fixed_panel(const T* src, std::int64_t cs, std::int64_t kc, std::int64_t packmr, T* dst,
+                      std::integer_sequence<int, Ws...>) {
+  return ((packmr == Ws && (copy_panel<Ws>(src, cs, kc, dst), true)) || ...);
+}
+
 // Rows [0, rows) and depths [0, kc) of a panel's source (element (r, p) at src[r * rs + p * cs])
 // into BLIS's packed micro-panel: element (r, p) at dst[p * packmr + r], rows [rows, fill) zero.
 // (A panel whose rows come from two parts is packed a part at a time, dst offset by its rows.)
 template <class T>
 void pack_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows, std::int64_t kc,
                 std::int64_t packmr, std::int64_t fill, T* dst) {
-  if (rs == 1) {                                             // a column of the panel is contiguous
-    if (rows == packmr && fill == packmr) switch (packmr) {  // the micro-kernels' widths
-        case 6:
-          return copy_panel<6>(src, cs, kc, dst);
-        case 8:
-          return copy_panel<8>(src, cs, kc, dst);
-        case 12:
-          return copy_panel<12>(src, cs, kc, dst);
-        case 14:
-          return copy_panel<14>(src, cs, kc, dst);
-        case 16:
-          return copy_panel<16>(src, cs, kc, dst);
-        case 32:
-          return copy_panel<32>(src, cs, kc, dst);
-        default:
-          break;
-      }
+  if (rs == 1) {  // a column of the panel is contiguous
+    if (rows == packmr && fill == packmr &&
+        copy_fixed_panel(src, cs, kc, packmr, dst,
+                         std::integer_sequence<int, 6, 8, 12, 14, 16, 32>{}))
+      return;
     for (std::int64_t p = 0; p < kc; ++p) {
       const T* s = src + p * cs;
       T* d = dst + p * packmr;
