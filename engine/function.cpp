@@ -250,6 +250,9 @@ std::string Function::describe_plan() const {
            std::string(dtype_name(v.dtype)) + " '" + s.node->name + "'";
     if (s.fused)
       out += " [fused: " + std::to_string(s.fused->instrs.size()) + " kernels, " +
+             (s.fused->sources.empty()
+                  ? std::string()
+                  : std::to_string(s.fused->sources.size()) + " input(s) computed per chunk, ") +
              std::to_string(s.fused->out_values.size()) + " outputs, " +
              std::to_string((s.fused->scratch_bytes + 1023) / 1024) + " KB of registers]";
     else

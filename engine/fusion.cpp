@@ -1,14 +1,8 @@
+// Building fused passes (engine/fusion.hpp): grouping elementwise steps, placing
+// concatenations, gathering slices, attaching sources. Running them: fused_run.cpp.
 #include "engine/fusion.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <new>
-
-#include <tbb/task_arena.h>
-
-#include "engine/errors.hpp"
-#include "engine/parallel.hpp"
 
 namespace ktape {
 
@@ -16,7 +10,6 @@ namespace {
 
 constexpr std::int64_t kChunk = 2048;  // elements per pass of a fused group (stays in L1/L2)
 constexpr std::int64_t kMinFuse = 2;   // every chain of arrays fuses (scalars stay separate)
-constexpr int kMaxFusedInputs = 8;     // operands of one member kernel
 
 constexpr std::int64_t kMaxRowChunk = 8192;      // a row operand's chunk: lcm(width, 64) * k
 constexpr std::int64_t kMaxColumnChunk = 16384;  // a column operand's: lcm(inner, 64) * k
@@ -98,38 +91,6 @@ bool fusable(const Plan& p, const Step& s, Broadcast& bc) {
   return true;
 }
 
-// Scratch for the registers of a fused group: one block per thread, grown once, never freed
-// while the thread lives (steady-state calls allocate nothing).
-struct Scratch {
-  void* data = nullptr;
-  std::size_t cap = 0;
-  ~Scratch() { std::free(data); }
-  void* get(std::size_t bytes) {
-    if (bytes > cap) {
-      std::free(data);
-      cap = (bytes + 63) / 64 * 64;
-      data = std::aligned_alloc(64, cap);
-      if (!data)
-        throw ResourceExhaustedError("ktape: cannot allocate " + std::to_string(cap) +
-                                     " bytes of scratch for a fused pass");
-    }
-    return data;
-  }
-};
-
-// The elements [start, start + len) of a block (rows of `width`, `pitch` apart, from `offset`:
-// a gathered slice or a placed concatenation part) as runs that end at the rows' ends:
-// f(element of the block's array, position in the chunk, run length).
-template <class F>
-void for_each_run(std::int64_t start, std::int64_t len, std::int64_t width, std::int64_t pitch,
-                  std::int64_t offset, F&& f) {
-  for (std::int64_t e = start; e < start + len;) {
-    const std::int64_t col = e % width, run = std::min(width - col, start + len - e);
-    f((e / width) * pitch + offset + col, e - start, run);
-    e += run;
-  }
-}
-
 // The fused groups of a plan being built: each step's group (-1: none) and each group's members,
 // the step where it runs (its last member's) and how its operands broadcast.
 struct Groups {
@@ -197,6 +158,94 @@ struct Groups {
     return into;
   }
 };
+
+// Passes computed per chunk by the pass that reads them (FusedSource): a built pass P whose only
+// result z (not pinned, not viewed in part) is read only through slices gathered by one other
+// pass C, as blocks that each cover every row of z (its elements as rows of the blocks' pitch),
+// all of one width that divides C's chunk, and together no wider than a row (z is computed
+// once, not once per block). P's own chunks must tile the rows one chunk of C needs, so that
+// every element is computed exactly as P alone would; P must read no gathered blocks, columns
+// or random draws. P's inputs become C's, and P runs no step of its own.
+void attach_sources(Plan& p, const std::vector<bool>& pinned, const std::vector<char>& offset_view,
+                    const std::vector<std::vector<int>>& consumers,
+                    const std::vector<int>& gathered, const Groups& G,
+                    std::vector<std::unique_ptr<Step>>& fused_at) {
+  constexpr std::int64_t kMaxSourceRows = 16384;  // elements of z one chunk of C may need
+  for (std::size_t g = 0; g < G.members.size(); ++g) {
+    if (G.members[g].size() < 2) continue;
+    const auto pr = static_cast<std::size_t>(G.root[g]);
+    Step* ps = fused_at[pr].get();
+    if (!ps) continue;
+    const FusedProgram& P = *ps->fused;
+    if (P.out_values.size() != 1 || P.has_blocks || P.places || P.inner > 0 ||
+        ps->in_values.empty() || !ps->extra_outs.empty())
+      continue;
+    const bool random = std::any_of(G.members[g].begin(), G.members[g].end(), [&](int m) {
+      return op_def(p.steps[static_cast<std::size_t>(m)].node->op).random;
+    });
+    const int z = P.out_values[0];
+    const Value& zv = p.values[static_cast<std::size_t>(z)];
+    if (random || pinned[static_cast<std::size_t>(z)] || offset_view[static_cast<std::size_t>(z)] ||
+        zv.root != z)
+      continue;
+    // Every reader of z a gathered slice, and every reader of those one pass C.
+    Step* cs = nullptr;
+    bool ok = !consumers[static_cast<std::size_t>(z)].empty();
+    for (int sl : consumers[static_cast<std::size_t>(z)]) {
+      const int sv = p.steps[static_cast<std::size_t>(sl)].out;
+      ok = ok && gathered[static_cast<std::size_t>(sv)] == sl;
+      if (!ok) break;
+      for (int c : consumers[static_cast<std::size_t>(sv)]) {
+        const int cg = G.of[static_cast<std::size_t>(c)];
+        Step* here =
+            cg >= 0 ? fused_at[static_cast<std::size_t>(G.root[static_cast<std::size_t>(cg)])].get()
+                    : nullptr;
+        ok = ok && here && here != ps && (!cs || cs == here);
+        cs = here;
+      }
+    }
+    if (!ok || !cs) continue;
+    FusedProgram& C = *cs->fused;
+    std::int64_t pitch = 0, width = 0, widths = 0;
+    for (std::size_t k = 0; ok && k < cs->in_values.size(); ++k) {
+      if (p.values[static_cast<std::size_t>(cs->in_values[k])].root != z) continue;
+      const Block& b = C.block[k];
+      ok = cs->in_values[k] == z && b.rows > 0 &&
+           (pitch == 0 || (b.pitch == pitch && b.width == width)) &&
+           b.offset + b.width <= b.pitch && b.rows * b.pitch == zv.size;
+      pitch = b.pitch;
+      width = b.width;
+      widths += b.width;
+    }
+    if (!ok || width == 0 || widths > pitch || C.chunk % width != 0) continue;
+    const std::int64_t need = C.chunk / width * pitch;
+    if (need > kMaxSourceRows || need % P.chunk != 0) continue;
+    // Attach: P's inputs after C's, the blocks read from P's rows, and scratch for both.
+    FusedSource src;
+    src.in_base = static_cast<int>(cs->in_values.size());
+    src.pitch = pitch;
+    src.block_width = width;
+    src.dtype = zv.dtype;
+    src.rows_offset = C.scratch_bytes;
+    C.scratch_bytes += (static_cast<std::size_t>(need) * dtype_size(zv.dtype) + 63) / 64 * 64;
+    src.regs_offset = C.scratch_bytes;
+    C.scratch_bytes += (P.scratch_bytes + 63) / 64 * 64;
+    C.block_source.resize(cs->in_values.size(), -1);
+    for (std::size_t k = 0; k < cs->in_values.size(); ++k)
+      if (cs->in_values[k] == z) {
+        C.block_source[k] = static_cast<int>(C.sources.size());
+        cs->in_values[k] = ps->in_values[0];  // a live value: the slot's data is never read
+      }
+    cs->in_values.insert(cs->in_values.end(), ps->in_values.begin(), ps->in_values.end());
+    C.block.resize(cs->in_values.size());
+    C.block_offset.resize(cs->in_values.size(), 0);
+    C.column_offset.resize(cs->in_values.size(), 0);
+    C.block_source.resize(cs->in_values.size(), -1);
+    src.prog = std::move(ps->fused);
+    C.sources.push_back(std::move(src));
+    fused_at[pr].reset();
+  }
+}
 
 }  // namespace
 
@@ -563,6 +612,8 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
     fused_at[static_cast<std::size_t>(root)] = std::move(step);
   }
 
+  attach_sources(p, pinned, offset_view, consumers, gathered, G, fused_at);
+
   std::vector<Step> out;
   out.reserve(ns);
   for (std::size_t s = 0; s < ns; ++s) {
@@ -572,125 +623,6 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       out.push_back(std::move(p.steps[s]));
   }
   p.steps = std::move(out);
-}
-
-void run_fused(const KernelCall& c) {
-  const auto& P = *static_cast<const FusedProgram*>(c.ctx);
-  const std::int64_t chunk = P.chunk;
-  const std::int64_t chunks = (P.n + chunk - 1) / chunk;
-  auto body = [&](std::int64_t c0, std::int64_t c1) {
-    thread_local Scratch scratch;
-    char* regs = static_cast<char*>(scratch.get(P.scratch_bytes));
-    ArrayRef args[kMaxFusedInputs];
-    for (std::int64_t ch = c0; ch < c1; ++ch) {
-      const std::int64_t start = ch * chunk;
-      const std::int64_t len = std::min(chunk, P.n - start);
-      // With row operands, full operands are seen as (rows, width) so kernels broadcast rows;
-      // with column operands as (runs, inner), each column as (runs, 1).
-      const std::int64_t runs = P.inner > 0 ? len / P.inner : 0;
-      const std::int64_t dims[2] = {P.inner > 0 ? runs : (P.row > 0 ? len / P.row : len),
-                                    P.inner > 0 ? P.inner : P.row};
-      const int full_ndim = P.row > 0 ? 2 : 1;
-      const std::int64_t row_dims[1] = {P.row};
-      const std::int64_t column_dims[2] = {runs, 1};
-      auto ref = [&](const FusedOperand& o, DType dt) {
-        switch (o.where) {
-          case FusedOperand::kInput: {
-            const ArrayRef& a = c.in[o.index];
-            if (o.block)
-              return ArrayRef{regs + P.block_offset[static_cast<std::size_t>(o.index)], dims,
-                              full_ndim, len, a.dtype};
-            if (o.scalar) return ArrayRef{a.data, nullptr, 0, 1, a.dtype};
-            if (o.row) return ArrayRef{a.data, row_dims, 1, P.row, a.dtype};
-            if (o.column) {
-              char* col = regs + P.column_offset[static_cast<std::size_t>(o.index)];
-              const std::size_t es = dtype_size(a.dtype);
-              const std::int64_t first = start / P.inner;
-              for (std::int64_t r = 0; r < runs; ++r)
-                std::memcpy(col + static_cast<std::size_t>(r) * es,
-                            static_cast<const char*>(a.data) +
-                                static_cast<std::size_t>((first + r) % P.row) * es,
-                            es);
-              return ArrayRef{col, column_dims, 2, runs, a.dtype};
-            }
-            return ArrayRef{
-                static_cast<char*>(a.data) + start * static_cast<std::int64_t>(dtype_size(a.dtype)),
-                dims, full_ndim, len, a.dtype};
-          }
-          case FusedOperand::kRegister:
-            return ArrayRef{regs + P.reg_offset[static_cast<std::size_t>(o.index)], dims, full_ndim,
-                            len, dt};
-          case FusedOperand::kOutput:
-            break;
-        }
-        return ArrayRef{static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(o.index)]) +
-                            start * static_cast<std::int64_t>(dtype_size(dt)),
-                        dims, full_ndim, len, dt};
-      };
-      // Block inputs: this chunk's elements gathered from their arrays, once for every reader.
-      if (P.has_blocks)
-        for (std::size_t k = 0; k < P.block.size(); ++k) {
-          const Block& b = P.block[k];
-          if (b.rows == 0) continue;
-          const std::size_t es = dtype_size(c.in[k].dtype);
-          const char* from = static_cast<const char*>(c.in[k].data);
-          char* to = regs + P.block_offset[k];
-          for_each_run(start, len, b.width, b.pitch, b.offset,
-                       [&](std::int64_t at, std::int64_t pos, std::int64_t run) {
-                         std::memcpy(to + static_cast<std::size_t>(pos) * es,
-                                     from + static_cast<std::size_t>(at) * es,
-                                     static_cast<std::size_t>(run) * es);
-                       });
-        }
-      // The places of this chunk's rows in a concatenation are strided, so the hardware does
-      // not fetch them ahead of the writes: ask for their lines now, while the kernels run.
-      if (P.places)
-        for (const FusedInstr& ins : P.instrs) {
-          if (ins.place_slot < 0) continue;
-          const std::size_t es = dtype_size(ins.dtype);
-          const char* dst =
-              static_cast<const char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
-          for_each_run(start, len, ins.place_width, ins.place_pitch, ins.place_offset,
-                       [&](std::int64_t at, std::int64_t, std::int64_t run) {
-                         const char* p0 = dst + static_cast<std::size_t>(at) * es;
-                         for (std::size_t b = 0; b < static_cast<std::size_t>(run) * es; b += 64)
-                           __builtin_prefetch(p0 + b, 1, 3);
-                       });
-        }
-      for (const FusedInstr& ins : P.instrs) {
-        for (std::size_t k = 0; k < ins.ins.size(); ++k)
-          args[k] = ref(ins.ins[k], ins.in_dtypes[k]);
-        KernelCall kc;
-        kc.in = args;
-        kc.n_in = static_cast<int>(ins.ins.size());
-        kc.out = ref(ins.out, ins.dtype);
-        kc.attrs = ins.attrs;
-        kc.seed = ins.seed;
-        ins.fn(kc);
-        if (ins.place_slot >= 0) {  // the result's rows into their place in the concatenation
-          const std::size_t es = dtype_size(ins.dtype);
-          const char* src = static_cast<const char*>(kc.out.data);
-          char* dst = static_cast<char*>(P.out_ptrs[static_cast<std::size_t>(ins.place_slot)]);
-          for_each_run(start, len, ins.place_width, ins.place_pitch, ins.place_offset,
-                       [&](std::int64_t at, std::int64_t pos, std::int64_t run) {
-                         std::memcpy(dst + static_cast<std::size_t>(at) * es,
-                                     src + static_cast<std::size_t>(pos) * es,
-                                     static_cast<std::size_t>(run) * es);
-                       });
-        }
-      }
-    }
-  };
-  // Split over whole chunks: results never depend on the split.
-  // Isolated: a member kernel may split a big chunk in a nested parallel loop, and a thread
-  // waiting there must not pick up another chunk of this pass, which would reuse its
-  // thread-local registers underneath the waiting one.
-  parallel_for(
-      chunks, static_cast<double>(chunk) * static_cast<double>(P.instrs.size()),
-      [&](std::int64_t c0, std::int64_t c1) {
-        tbb::this_task_arena::isolate([&] { body(c0, c1); });
-      },
-      /*align=*/1);
 }
 
 }  // namespace ktape

@@ -5,6 +5,7 @@
 // elements.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "engine/plan.hpp"
@@ -22,6 +23,9 @@ void resolve_fused(Plan& p, F value_ptr);
 
 // The kernel a fused step runs; KernelCall::ctx is its FusedProgram.
 void run_fused(const KernelCall& c);
+
+// Operands of one member kernel of a fused pass.
+inline constexpr int kMaxFusedInputs = 8;
 
 struct FusedOperand {
   enum Where : unsigned char { kInput, kRegister, kOutput } where;
@@ -47,6 +51,23 @@ struct FusedInstr {
   std::int64_t place_width = 0, place_pitch = 0, place_offset = 0;
 };
 
+struct FusedProgram;
+
+// An elementwise pass whose result is read only through another pass's gathered blocks (an LSTM
+// cell's gate sum z = x W + h U + b, read through its four gate slices): the reader runs it per
+// chunk on just the rows its blocks need, into its scratch, instead of a pass of its own writing
+// the whole array and the reader gathering from it. Its chunks are the ones it would have run
+// alone, so every element is the same bits.
+struct FusedSource {
+  std::unique_ptr<FusedProgram> prog;  // its input slots are the reader's from in_base
+  int in_base = 0;
+  std::int64_t pitch = 0;        // elements per row of its result (the blocks' pitch)
+  std::int64_t block_width = 0;  // of every block read from it
+  std::size_t rows_offset = 0;   // the rows of its result a chunk needs, in the scratch
+  std::size_t regs_offset = 0;   // its registers, in the scratch
+  DType dtype = DType::float32;
+};
+
 struct FusedProgram {
   std::int64_t n = 0;    // elements of every full operand
   std::int64_t row = 0;  // width of the row operands (0: none); chunks start on a row
@@ -61,6 +82,8 @@ struct FusedProgram {
   std::vector<Block> block;
   std::vector<std::size_t> block_offset;
   bool has_blocks = false;
+  std::vector<FusedSource> sources;
+  std::vector<int> block_source;  // per input slot: the source its block reads, or -1 (the input)
   std::vector<FusedInstr> instrs;
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;

@@ -374,6 +374,69 @@ TEST(Fusion, GatheredSliceByHand) {
   EXPECT_EQ(f.describe_plan().find("Slice"), std::string::npos) << f.describe_plan();
 }
 
+TEST(Fusion, ASumReadOnlyThroughGatheredSlicesIsComputedByItsReader) {
+  // An LSTM cell's gate sum z = a + b + bias, read only through its four gate slices by the cell
+  // pass: the cell pass computes the rows of z each chunk needs and runs no pass of z's own. 150
+  // rows of gates 32 wide: the cell's chunks of 2,048 elements need z's rows 0-63, 64-127 and
+  // 128-149. Against the unfused plan (identical), the reference backend and hand values. Not
+  // computed by the reader: z also read whole (variant 1), blocks whose width does not divide
+  // the reader's chunk (variant 2, 24 wide), a gate also read by a reduction (variant 3: its slice
+  // is not gathered).
+  for (int variant : {0, 1, 2, 3})
+    for (DType dt : {DType::float32, DType::float64}) {
+      const std::string d(ktape::dtype_name(dt));
+      const std::string what = "variant " + std::to_string(variant) + " " + d;
+      K::clear_session();
+      const std::int64_t w = variant == 2 ? 24 : 32, rows = 150;
+      auto a = K::placeholder({K::None, 4 * w}, {.dtype = d});
+      auto b = K::placeholder({K::None, 4 * w}, {.dtype = d});
+      auto c0 = K::placeholder({K::None, w}, {.dtype = d});
+      auto bias = K::variable(ramp(Shape{4 * w}, 0.5, 0.1, dt), {.dtype = d});
+      auto z = a + b + bias;
+      auto gate = [&](std::int64_t k) { return K::slice(z, {0, k * w}, {-1, w}); };
+      auto i = K::sigmoid(gate(0)), f = K::sigmoid(gate(1)), g = K::tanh(gate(2));
+      auto c = f * c0 + i * g;
+      auto h = K::sigmoid(gate(3)) * K::tanh(c);
+      std::vector<Tensor> outs{h, c};
+      if (variant == 1) outs.push_back(K::sum(z, 1));
+      if (variant == 3) outs.push_back(K::sum(gate(1), 1));
+      auto fused = K::function({a, b, c0}, outs);
+      auto plain = K::function({a, b, c0}, outs, {}, {.fuse = false});
+      auto ref = K::function({a, b, c0}, outs, {}, {.backend = "reference"});
+      const std::vector<NDArray> feed{ramp(Shape{rows, 4 * w}, 1.5, 0.1, dt),
+                                      ramp(Shape{rows, 4 * w}, -0.7, 0.2, dt),
+                                      ramp(Shape{rows, w}, 0.9, -0.1, dt)};
+      auto r = fused(feed);
+      auto u = plain(feed);
+      auto e = ref(feed);
+      for (std::size_t k = 0; k < outs.size(); ++k) {
+        expect_identical(r[k], u[k], what);
+        expect_close(r[k], e[k], dt == DType::float32 ? 1e-5 : 1e-12, what);
+      }
+      const std::string plan = fused.describe_plan();
+      const bool computed = plan.find("1 input(s) computed per chunk") != std::string::npos;
+      EXPECT_EQ(computed, variant == 0) << what << "\n" << plan;
+      if (variant == 0) {  // one pass: the cell, computing z inside
+        EXPECT_EQ(fused_and_all_steps(fused), (std::pair<int, int>{1, 1})) << what << "\n" << plan;
+      }
+      // Hand values (std::exp, std::tanh) at rows 0, 63, 64, 127, 128 and 149.
+      for (std::int64_t row : {0, 63, 64, 127, 128, 149})
+        for (std::int64_t col : {std::int64_t{0}, w - 1}) {
+          auto zk = [&](std::int64_t k) {
+            const std::int64_t at = row * 4 * w + k * w + col;
+            return feed[0].item(at) + feed[1].item(at) + K::get_value(bias).item(k * w + col);
+          };
+          auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+          const double cv =
+              sig(zk(1)) * feed[2].item(row * w + col) + sig(zk(0)) * std::tanh(zk(2));
+          const double hv = sig(zk(3)) * std::tanh(cv);
+          const double tol = dt == DType::float32 ? 1e-5 : 1e-12;
+          EXPECT_NEAR(r[0].item(row * w + col), hv, tol) << what << " row " << row;
+          EXPECT_NEAR(r[1].item(row * w + col), cv, tol) << what << " row " << row;
+        }
+    }
+}
+
 TEST(Fusion, PassesOfOneSizeMergeIntoOne) {
   // Three ways for two chains to share one pass, each against the unfused plan (identical),
   // the reference backend and hand values:
