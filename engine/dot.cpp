@@ -72,12 +72,20 @@ std::string plan_dot(const Plan& p) {
     const Step& s = p.steps[si];
     const Value& o = p.values[static_cast<std::size_t>(s.out)];
     std::string label = std::to_string(si) + ": " + op_name(s.node->op);
-    if (s.fused) label += " [fused, " + std::to_string(s.fused->instrs.size()) + " kernels]";
+    if (s.fused)
+      label += " [fused, " + std::to_string(s.fused->instrs.size()) + " kernels" +
+               (s.fused->sources.empty()
+                    ? std::string()
+                    : ", " + std::to_string(s.fused->sources.size()) + " computed inputs") +
+               "]";
     if (!s.fused && !s.extra_outs.empty()) label += " [joint]";  // OpDef::pair
     label += '\n';
     label += o.shape.str() + " " + std::string(dtype_name(o.dtype)) + "\n" + s.node->name;
     out += "  s" + std::to_string(si) + " [label=\"" + escape(label) + "\", shape=box];\n";
-    for (int in : s.in_values) {
+    for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+      // A block the pass computes from a source (FusedSource) reads no input of its own.
+      if (s.fused && k < s.fused->block_source.size() && s.fused->block_source[k] >= 0) continue;
+      const int in = s.in_values[k];
       const int root = p.values[static_cast<std::size_t>(in)].root;
       auto w = writer.find(root);
       if (w != writer.end() && w->second == static_cast<int>(si)) continue;  // its own output

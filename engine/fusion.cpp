@@ -170,7 +170,7 @@ void attach_sources(Plan& p, const std::vector<bool>& pinned, const std::vector<
                     const std::vector<std::vector<int>>& consumers,
                     const std::vector<int>& gathered, const Groups& G,
                     std::vector<std::unique_ptr<Step>>& fused_at) {
-  constexpr std::int64_t kMaxSourceRows = 16384;  // elements of z one chunk of C may need
+  constexpr std::int64_t kMaxSourceElements = 16384;  // of z, that one chunk of C may need
   for (std::size_t g = 0; g < G.members.size(); ++g) {
     if (G.members[g].size() < 2) continue;
     const auto pr = static_cast<std::size_t>(G.root[g]);
@@ -219,7 +219,7 @@ void attach_sources(Plan& p, const std::vector<bool>& pinned, const std::vector<
     }
     if (!ok || width == 0 || widths > pitch || C.chunk % width != 0) continue;
     const std::int64_t need = C.chunk / width * pitch;
-    if (need > kMaxSourceRows || need % P.chunk != 0) continue;
+    if (need > kMaxSourceElements || need % P.chunk != 0) continue;
     // Attach: P's inputs after C's, the blocks read from P's rows, and scratch for both.
     FusedSource src;
     src.in_base = static_cast<int>(cs->in_values.size());

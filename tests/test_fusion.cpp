@@ -418,6 +418,7 @@ TEST(Fusion, ASumReadOnlyThroughGatheredSlicesIsComputedByItsReader) {
       EXPECT_EQ(computed, variant == 0) << what << "\n" << plan;
       if (variant == 0) {  // one pass: the cell, computing z inside
         EXPECT_EQ(fused_and_all_steps(fused), (std::pair<int, int>{1, 1})) << what << "\n" << plan;
+        EXPECT_NE(fused.plan_dot().find("1 computed inputs"), std::string::npos) << what;
       }
       // Hand values (std::exp, std::tanh) at rows 0, 63, 64, 127, 128 and 149.
       for (std::int64_t row : {0, 63, 64, 127, 128, 149})
