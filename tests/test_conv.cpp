@@ -330,6 +330,64 @@ TEST(ConvForward, ZeroSizedOperands) {
   }
 }
 
+// Max and average pooling whose windows all lie inside a channels_last input take the cpu
+// kernels' register-blocked paths, and MaxPoolGrad with windows that share no cell writes each
+// cell once instead of adding into a zeroed dx. Both must give the reference kernels' bits,
+// with ties (the first maximum in scan order takes the gradient), -0 against +0, and NaNs (the
+// first NaN is the maximum): a window that tiles the input exactly (26 -> 13), one that leaves
+// a last row and column outside every window (11 -> 5), windows with gaps between them (2x2
+// stride 3), and overlapping windows (3x3 stride 2: the forward path only). 40 channels: a
+// block of registers and a tail, in float32 and float64. The cpu results are computed into the
+// caller's arrays, filled with 7s beforehand.
+TEST(Pooling, ChannelsLastWindowsInsideTheInputMatchTheReferenceBitForBit) {
+  struct Case {
+    std::int64_t size, k, s;
+  };
+  for (const Case& c : {Case{26, 2, 2}, Case{11, 2, 2}, Case{8, 2, 3}, Case{9, 3, 2}})
+    for (DType dt : {DType::float32, DType::float64})
+      for (const std::string mode : {"max", "avg"}) {
+        const std::string what = std::to_string(c.size) + " k" + std::to_string(c.k) + " s" +
+                                 std::to_string(c.s) + " " + mode + " " +
+                                 std::string(ktape::dtype_name(dt));
+        const Shape xs{3, c.size, c.size, 40};
+        // Few distinct values, so windows hold ties; some -0, +0 and NaN.
+        NDArray xv(xs, dt);
+        for (std::int64_t i = 0; i < xv.size(); ++i) {
+          const std::int64_t h = (i * 2654435761) % 97;
+          xv.set_item(i, h == 0   ? std::nan("")
+                         : h < 20 ? 0.0
+                         : h < 40 ? -0.0
+                                  : static_cast<double>(h % 5) - 2.0);
+        }
+        NDArray wv =
+            normal(Shape{3, (c.size - c.k) / c.s + 1, (c.size - c.k) / c.s + 1, 40}, 7).astype(dt);
+        const std::string dn(ktape::dtype_name(dt));
+        auto x = K::placeholder(xs, {.dtype = dn});
+        auto w = K::placeholder(wv.shape(), {.dtype = dn});
+        auto y = K::pool2d(x, {c.k, c.k}, {.strides = {c.s, c.s}, .pool_mode = mode});
+        auto g = K::gradients(K::sum(y * w), {x})[0];
+        // The cpu results computed straight into arrays holding 7s: a cell of dx outside
+        // every window must be written (zeroed) by the kernel.
+        std::vector<NDArray> cpu{
+            NDArray::full(Shape{3, (c.size - c.k) / c.s + 1, (c.size - c.k) / c.s + 1, 40}, 7.0,
+                          dt),
+            NDArray::full(xs, 7.0, dt)};
+        K::function({x, w}, {y, g}, {}, {.backend = "cpu"}).run({xv, wv}, cpu);
+        auto ref = K::function({x, w}, {y, g}, {}, {.backend = "reference"})({xv, wv});
+        for (std::size_t o = 0; o < 2; ++o)
+          for (std::int64_t i = 0; i < cpu[o].size(); ++i) {
+            const double a = cpu[o].item(i), b = ref[o].item(i);
+            // Overlapping windows add several contributions into a cell of dx, which the two
+            // backends sum in different orders: there, dx agrees to rounding.
+            const bool summed = o == 1 && c.k > c.s;
+            ASSERT_TRUE((std::isnan(a) && std::isnan(b)) ||
+                        (a == b && std::signbit(a) == std::signbit(b)) ||
+                        (summed && std::abs(a - b) <= 1e-6 * (1 + std::abs(b))))
+                << what << (o == 0 ? " y" : " dx") << " element " << i << ": " << a << " vs " << b;
+          }
+      }
+}
+
 // data_format unset means image_data_format(), read when the op is built.
 TEST(ConvForward, DataFormatDefaultsToTheConfiguredOne) {
   const std::string saved = K::image_data_format();

@@ -2,10 +2,14 @@
 // parallel over output pixels with the channels innermost; the two backward passes scatter
 // window by window within one image per task (images never share a cell), in the window order
 // of the reference kernels. Max pooling's argmax is the first maximum in scan order (a NaN
-// counts as the maximum), as in ops/kernels/reference/window.cpp.
+// counts as the maximum), as in ops/kernels/reference/window.cpp. channels_last windows that all
+// lie inside the input (valid padding) run register-blocked loops, and MaxPoolGrad over such
+// windows that share no cell (pool 2, stride 2) writes each cell of dx once instead of
+// scattering adds into a zeroed dx; both give the general loops' bits.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "engine/backend.hpp"
 #include "ops/kernels/attrs.hpp"
@@ -107,6 +111,105 @@ std::int64_t argmax_cell(const T* x, const Layout& xl, std::int64_t n, std::int6
   return best;
 }
 
+// Channels per register block of the channels_last fast paths: two AVX-512 vectors.
+template <class T>
+constexpr std::int64_t kBlockChannels = 128 / sizeof(T);
+
+// Whether every window of a channels_last plane lies inside the input (no padding reaches it),
+// and (`apart`) whether windows never share a cell (the kernel no larger than the stride).
+inline bool unclipped(const WindowDims& g) {
+  for (int i = 0; i < 2; ++i)
+    if (g.pb[i] != 0 || (g.out[i] - 1) * g.s[i] + g.k[i] > g.in[i]) return false;
+  return true;
+}
+inline bool apart(const WindowDims& g) { return g.k[0] <= g.s[0] && g.k[1] <= g.s[1]; }
+
+// Output rows [r0, r1) (image x output row) of a channels_last 2-D pooling whose windows all lie
+// inside the input: each window's cells combined in the kernel's scan order, a block of
+// channels at a time in registers (the same arithmetic, in the same order, as the general loop).
+template <class T, bool Max>
+void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restrict y,
+                         std::int64_t r0, std::int64_t r1) {
+  constexpr std::int64_t B = kBlockChannels<T>;
+  const std::int64_t cx = g.cx, in_w = g.in[1], out_h = g.out[0], out_w = g.out[1];
+  const std::int64_t k0 = g.k[0], k1 = g.k[1];
+  const T count = static_cast<T>(k0 * k1);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const std::int64_t n = r / out_h, oy = r % out_h;
+    const T* img = x + n * g.in_pixels * cx;
+    for (std::int64_t ox = 0; ox < out_w; ++ox) {
+      const T* w0 = img + (oy * g.s[0] * in_w + ox * g.s[1]) * cx;
+      T* out = y + ((n * out_h + oy) * out_w + ox) * cx;
+      auto block = [&](std::int64_t c, auto width) {
+        T acc[B];
+        for (std::int64_t j = 0; j < width; ++j) acc[j] = w0[c + j];
+        for (std::int64_t ky = 0; ky < k0; ++ky)
+          for (std::int64_t kx = ky == 0 ? 1 : 0; kx < k1; ++kx) {
+            const T* src = w0 + (ky * in_w + kx) * cx + c;
+            for (std::int64_t j = 0; j < width; ++j)
+              acc[j] = Max ? pick(src[j], acc[j]) : acc[j] + src[j];
+          }
+        for (std::int64_t j = 0; j < width; ++j) out[c + j] = Max ? acc[j] : acc[j] / count;
+      };
+      std::int64_t c = 0;
+      for (; c + B <= cx; c += B) block(c, std::integral_constant<std::int64_t, B>{});
+      if (c < cx) block(c, cx - c);
+    }
+  }
+}
+
+// MaxPoolGrad of one channels_last image whose windows lie inside it and never share a cell:
+// each cell of a window gets its gradient written once, dy at the window's argmax (the first
+// maximum in scan order, as argmax_cell) and 0 elsewhere, a block of channels at a time; no
+// scattered adds. Cells outside every window must be zeroed by the caller. The values are those
+// of adding dy into a zeroed dx: 0 + dy.
+template <class T>
+void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* __restrict dy,
+                         T* __restrict dimg) {
+  constexpr std::int64_t B = kBlockChannels<T>;
+  const std::int64_t cx = g.cx, in_w = g.in[1], out_w = g.out[1];
+  const std::int64_t k0 = g.k[0], k1 = g.k[1];
+  for (std::int64_t oy = 0; oy < g.out[0]; ++oy)
+    for (std::int64_t ox = 0; ox < out_w; ++ox) {
+      const std::int64_t first = (oy * g.s[0] * in_w + ox * g.s[1]) * cx;
+      const T* w0 = img + first;
+      T* d0 = dimg + first;
+      const T* gv = dy + (oy * out_w + ox) * cx;
+      auto block = [&](std::int64_t c, auto width) {
+        // Lanes as wide as T's, so that the selects vectorize.
+        using I = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
+        T best[B];
+        I at_cell[B];  // the first cell, in scan order, holding the window's max
+        for (std::int64_t j = 0; j < width; ++j) best[j] = w0[c + j];
+        for (std::int64_t ky = 0; ky < k0; ++ky)
+          for (std::int64_t kx = ky == 0 ? 1 : 0; kx < k1; ++kx) {
+            const T* src = w0 + (ky * in_w + kx) * cx + c;
+            for (std::int64_t j = 0; j < width; ++j) best[j] = pick(src[j], best[j]);
+          }
+        // The max is a copy of its first cell, and no earlier cell compares equal to it (it
+        // would have been kept), so the first cell with its bits is that cell (a NaN too).
+        I best_bits[B];
+        std::memcpy(best_bits, best, sizeof(T) * static_cast<std::size_t>(width));
+        for (std::int64_t j = 0; j < width; ++j) at_cell[j] = 0;
+        for (std::int64_t cell = k0 * k1 - 1; cell >= 0; --cell) {  // the last hit is the first
+          const T* src = w0 + ((cell / k1) * in_w + cell % k1) * cx + c;
+          I bits[B];
+          std::memcpy(bits, src, sizeof(T) * static_cast<std::size_t>(width));
+          for (std::int64_t j = 0; j < width; ++j)
+            at_cell[j] = bits[j] == best_bits[j] ? static_cast<I>(cell) : at_cell[j];
+        }
+        for (std::int64_t cell = 0; cell < k0 * k1; ++cell) {
+          T* d = d0 + ((cell / k1) * in_w + cell % k1) * cx + c;
+          for (std::int64_t j = 0; j < width; ++j)
+            d[j] = at_cell[j] == static_cast<I>(cell) ? T(0) + gv[c + j] : T(0);
+        }
+      };
+      std::int64_t c = 0;
+      for (; c + B <= cx; c += B) block(c, std::integral_constant<std::int64_t, B>{});
+      if (c < cx) block(c, cx - c);
+    }
+}
+
 template <class T>
 void pool_kernel(const KernelCall& c) {
   const auto w = attrs::Window::of(*c.attrs);
@@ -154,6 +257,18 @@ void pool_kernel(const KernelCall& c) {
               yp[op] = max ? v : v / static_cast<T>(box.count);
             }
           }
+        },
+        1);
+    return;
+  }
+  if (g.r == 2 && unclipped(g)) {
+    parallel_for(
+        g.n * g.out[0], static_cast<double>(g.out[1] * g.k_count * g.cx),
+        [&](std::int64_t r0, std::int64_t r1) {
+          if (max)
+            pool_rows_unclipped<T, true>(g, x, y, r0, r1);
+          else
+            pool_rows_unclipped<T, false>(g, x, y, r0, r1);
         },
         1);
     return;
@@ -244,6 +359,20 @@ void pool_grad_kernel(const KernelCall& c) {
   parallel_for(
       g.n, static_cast<double>(g.out_pixels * g.k_count * g.cx),
       [&](std::int64_t n0, std::int64_t n1) {
+        if constexpr (Max) {
+          if (!g.cf && g.r == 2 && unclipped(g) && apart(g)) {
+            // Every cell in at most one window: written once. Only windows that tile the image
+            // exactly leave no cell to zero first.
+            const bool tiled = g.k[0] == g.s[0] && g.k[1] == g.s[1] &&
+                               g.out[0] * g.s[0] == g.in[0] && g.out[1] * g.s[1] == g.in[1];
+            if (!tiled)
+              std::memset(dx + n0 * image, 0,
+                          static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
+            for (std::int64_t n = n0; n < n1; ++n)
+              max_pool_grad_apart(g, x + n * image, dy + n * g.out_pixels * g.cx, dx + n * image);
+            return;
+          }
+        }
         std::memset(dx + n0 * image, 0, static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
         T best_v[kChannelBlock];
         std::int64_t best_p[kChannelBlock];
