@@ -333,45 +333,53 @@ TEST(ConvForward, ZeroSizedOperands) {
 // Max and average pooling whose windows all lie inside a channels_last input take the cpu
 // kernels' register-blocked paths, and MaxPoolGrad with windows that share no cell writes each
 // cell once instead of adding into a zeroed dx. Both must give the reference kernels' bits,
-// with ties (the first maximum in scan order takes the gradient), -0 against +0, and NaNs (the
-// first NaN is the maximum): a window that tiles the input exactly (26 -> 13), one that leaves
-// a last row and column outside every window (11 -> 5), windows with gaps between them (2x2
-// stride 3), and overlapping windows (3x3 stride 2: the forward path only). 40 channels: a
-// block of registers and a tail, in float32 and float64. The cpu results are computed into the
-// caller's arrays, filled with 7s beforehand.
+// with ties (the first maximum in scan order takes the gradient), -0 against +0 (an average
+// sums from +0), NaNs of both signs (the first NaN is the maximum, and is the result),
+// infinities, and -0 in dy (dx gets 0 + dy). Windows: tiling the input exactly (26 -> 13;
+// 12x18 by 2x3), leaving a last row and column out (11 -> 5) or a last column only (12x13),
+// gaps between them (2x2 stride 3; 2x3 stride 3x4), and overlapping (3x3 stride 2; 2x3 stride
+// 3x2: the forward path only). 40 channels (a block of registers and a tail) or 32 (whole
+// blocks), float32 and float64. The cpu results are computed into the caller's arrays, filled
+// with 7s beforehand.
 TEST(Pooling, ChannelsLastWindowsInsideTheInputMatchTheReferenceBitForBit) {
   struct Case {
-    std::int64_t size, k, s;
+    std::int64_t h, w, k0, k1, s0, s1, ch;
   };
-  for (const Case& c : {Case{26, 2, 2}, Case{11, 2, 2}, Case{8, 2, 3}, Case{9, 3, 2}})
+  const Case cases[] = {{26, 26, 2, 2, 2, 2, 40}, {12, 18, 2, 3, 2, 3, 32},
+                        {11, 11, 2, 2, 2, 2, 32}, {8, 8, 2, 2, 3, 3, 40},
+                        {10, 14, 2, 3, 3, 4, 40}, {9, 9, 3, 3, 2, 2, 40},
+                        {10, 14, 2, 3, 3, 2, 32}, {12, 13, 2, 2, 2, 2, 32}};
+  for (const Case& c : cases)
     for (DType dt : {DType::float32, DType::float64})
       for (const std::string mode : {"max", "avg"}) {
-        const std::string what = std::to_string(c.size) + " k" + std::to_string(c.k) + " s" +
-                                 std::to_string(c.s) + " " + mode + " " +
-                                 std::string(ktape::dtype_name(dt));
-        const Shape xs{3, c.size, c.size, 40};
-        // Few distinct values, so windows hold ties; some -0, +0 and NaN.
+        const std::int64_t oh = (c.h - c.k0) / c.s0 + 1, ow = (c.w - c.k1) / c.s1 + 1;
+        const std::string what = std::to_string(c.h) + "x" + std::to_string(c.w) + " k" +
+                                 std::to_string(c.k0) + "x" + std::to_string(c.k1) + " s" +
+                                 std::to_string(c.s0) + "x" + std::to_string(c.s1) + " " + mode +
+                                 " " + std::string(ktape::dtype_name(dt));
+        const Shape xs{3, c.h, c.w, c.ch};
+        // Few distinct values, so windows hold ties; many windows hold two NaNs.
+        std::mt19937 gen(static_cast<std::uint32_t>(c.h * 100 + c.w));
         NDArray xv(xs, dt);
         for (std::int64_t i = 0; i < xv.size(); ++i) {
-          const std::int64_t h = (i * 2654435761) % 97;
-          xv.set_item(i, h == 0   ? std::nan("")
-                         : h < 20 ? 0.0
-                         : h < 40 ? -0.0
-                                  : static_cast<double>(h % 5) - 2.0);
+          const unsigned r = gen() % 100;
+          xv.set_item(i, r < 6    ? std::nan("")
+                         : r < 12 ? -std::nan("")
+                         : r < 14 ? HUGE_VAL
+                         : r < 16 ? -HUGE_VAL
+                         : r < 36 ? 0.0
+                         : r < 56 ? -0.0
+                                  : static_cast<double>(r % 5) - 2.0);
         }
-        NDArray wv =
-            normal(Shape{3, (c.size - c.k) / c.s + 1, (c.size - c.k) / c.s + 1, 40}, 7).astype(dt);
+        NDArray wv = normal(Shape{3, oh, ow, c.ch}, 7).astype(dt);
+        for (std::int64_t i = 0; i < wv.size(); i += 5) wv.set_item(i, -0.0);
         const std::string dn(ktape::dtype_name(dt));
         auto x = K::placeholder(xs, {.dtype = dn});
         auto w = K::placeholder(wv.shape(), {.dtype = dn});
-        auto y = K::pool2d(x, {c.k, c.k}, {.strides = {c.s, c.s}, .pool_mode = mode});
+        auto y = K::pool2d(x, {c.k0, c.k1}, {.strides = {c.s0, c.s1}, .pool_mode = mode});
         auto g = K::gradients(K::sum(y * w), {x})[0];
-        // The cpu results computed straight into arrays holding 7s: a cell of dx outside
-        // every window must be written (zeroed) by the kernel.
-        std::vector<NDArray> cpu{
-            NDArray::full(Shape{3, (c.size - c.k) / c.s + 1, (c.size - c.k) / c.s + 1, 40}, 7.0,
-                          dt),
-            NDArray::full(xs, 7.0, dt)};
+        std::vector<NDArray> cpu{NDArray::full(Shape{3, oh, ow, c.ch}, 7.0, dt),
+                                 NDArray::full(xs, 7.0, dt)};
         K::function({x, w}, {y, g}, {}, {.backend = "cpu"}).run({xv, wv}, cpu);
         auto ref = K::function({x, w}, {y, g}, {}, {.backend = "reference"})({xv, wv});
         for (std::size_t o = 0; o < 2; ++o)
@@ -379,10 +387,13 @@ TEST(Pooling, ChannelsLastWindowsInsideTheInputMatchTheReferenceBitForBit) {
             const double a = cpu[o].item(i), b = ref[o].item(i);
             // Overlapping windows add several contributions into a cell of dx, which the two
             // backends sum in different orders: there, dx agrees to rounding.
-            const bool summed = o == 1 && c.k > c.s;
-            ASSERT_TRUE((std::isnan(a) && std::isnan(b)) ||
-                        (a == b && std::signbit(a) == std::signbit(b)) ||
-                        (summed && std::abs(a - b) <= 1e-6 * (1 + std::abs(b))))
+            const bool summed = o == 1 && (c.k0 > c.s0 || c.k1 > c.s1);
+            // A max is a copy of its first NaN, sign and all; a sum of NaNs of both signs
+            // has either sign (IEEE leaves it open).
+            const bool nans = std::isnan(a) && std::isnan(b);
+            const bool same = (nans && (mode == "avg" || std::signbit(a) == std::signbit(b))) ||
+                              (a == b && std::signbit(a) == std::signbit(b));
+            ASSERT_TRUE(same || (summed && std::abs(a - b) <= 1e-6 * (1 + std::abs(b))))
                 << what << (o == 0 ? " y" : " dx") << " element " << i << ": " << a << " vs " << b;
           }
       }

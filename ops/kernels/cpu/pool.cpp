@@ -4,9 +4,11 @@
 // of the reference kernels. Max pooling's argmax is the first maximum in scan order (a NaN
 // counts as the maximum), as in ops/kernels/reference/window.cpp. channels_last windows that all
 // lie inside the input (valid padding) run register-blocked loops, and MaxPoolGrad over such
-// windows that share no cell (pool 2, stride 2) writes each cell of dx once instead of
-// scattering adds into a zeroed dx; both give the general loops' bits.
+// windows that share no cell (the window no larger than the stride: pool 2, stride 2) writes
+// each cell of dx once instead of scattering adds into a zeroed dx (zeroed first only when some
+// cells lie outside every window); both give the general loops' bits.
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -122,7 +124,10 @@ inline bool unclipped(const WindowDims& g) {
     if (g.pb[i] != 0 || (g.out[i] - 1) * g.s[i] + g.k[i] > g.in[i]) return false;
   return true;
 }
-inline bool apart(const WindowDims& g) { return g.k[0] <= g.s[0] && g.k[1] <= g.s[1]; }
+// (And a window's cells counted in 32 bits, as max_pool_grad_apart numbers them for floats.)
+inline bool apart(const WindowDims& g) {
+  return g.k[0] <= g.s[0] && g.k[1] <= g.s[1] && g.k_count <= INT32_MAX;
+}
 
 // Output rows [r0, r1) (image x output row) of a channels_last 2-D pooling whose windows all lie
 // inside the input: each window's cells combined in the kernel's scan order, a block of
@@ -142,7 +147,8 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
       T* out = y + ((n * out_h + oy) * out_w + ox) * cx;
       auto block = [&](std::int64_t c, auto width) {
         T acc[B];
-        for (std::int64_t j = 0; j < width; ++j) acc[j] = w0[c + j];
+        // An average sums from +0, as the reference does (four -0 cells average to +0).
+        for (std::int64_t j = 0; j < width; ++j) acc[j] = Max ? w0[c + j] : T(0) + w0[c + j];
         for (std::int64_t ky = 0; ky < k0; ++ky)
           for (std::int64_t kx = ky == 0 ? 1 : 0; kx < k1; ++kx) {
             const T* src = w0 + (ky * in_w + kx) * cx + c;
@@ -230,7 +236,7 @@ void pool_kernel(const KernelCall& c) {
               const std::int64_t w = g.in[1];
               for_each_window_2d(g, [&](std::int64_t op, std::int64_t y0, std::int64_t y1,
                                         std::int64_t x0, std::int64_t x1) {
-                T v = xp[y0 * w + x0];
+                T v = max ? xp[y0 * w + x0] : T(0) + xp[y0 * w + x0];
                 for (std::int64_t yy = y0; yy < y1; ++yy)
                   for (std::int64_t xx = x0; xx < x1; ++xx) {
                     if (yy == y0 && xx == x0) continue;
@@ -248,7 +254,7 @@ void pool_kernel(const KernelCall& c) {
               for_each_cell(box, [&](std::int64_t ip) {
                 const T u = xp[ip];
                 if (first)
-                  v = u, first = false;
+                  v = max ? u : T(0) + u, first = false;
                 else if (max)
                   v = beats(u, v) ? u : v;
                 else
@@ -295,8 +301,9 @@ void pool_kernel(const KernelCall& c) {
                 for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] = max ? T(0) : T(0) / T(0);
                 continue;
               }
-              std::memcpy(row, img + (y0 * in_w + x0) * cx,
-                          static_cast<std::size_t>(cx) * sizeof(T));
+              const T* first = img + (y0 * in_w + x0) * cx;
+              for (std::int64_t ch = 0; ch < cx; ++ch)
+                row[ch] = max ? first[ch] : T(0) + first[ch];  // an average sums from +0
               for (std::int64_t yy = y0; yy < y1; ++yy)
                 for (std::int64_t xx = yy == y0 ? x0 + 1 : x0; xx < x1; ++xx) {
                   const T* src = img + (yy * in_w + xx) * cx;
@@ -327,7 +334,8 @@ void pool_kernel(const KernelCall& c) {
           for_each_cell(box, [&](std::int64_t ip) {
             const T* src = x + xl.at(n, ip, 0);
             if (first) {
-              std::memcpy(row, src, static_cast<std::size_t>(g.cx) * sizeof(T));
+              for (std::int64_t ch = 0; ch < g.cx; ++ch)
+                row[ch] = max ? src[ch] : T(0) + src[ch];  // an average sums from +0
               first = false;
             } else if (max) {
               for (std::int64_t ch = 0; ch < g.cx; ++ch)
