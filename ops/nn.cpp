@@ -6,6 +6,7 @@
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/kernels/attrs.hpp"
+#include "ops/kernels/functors.hpp"
 #include "ops/layout.hpp"
 #include "ops/op_util.hpp"
 #include "ops/reductions.hpp"
@@ -30,9 +31,14 @@ Tensor log_softmax(const Tensor& x, int axis) {
   return softmax_like(Op::LogSoftmax, x, axis, "K::log_softmax");
 }
 
-G relu_grad(const Node& n, const Tensor&, const Tensor& g) {
+// A plain relu's gradient reads its output, as TF's does (y > 0 exactly where x > 0, NaN
+// included): a pass computing bias + relu then need not write the pre-activation for it.
+// Other options need x.
+G relu_grad(const Node& n, const Tensor& y, const Tensor& g) {
+  const auto r = attrs::Relu::of(n.attrs);
+  const bool plain = kernels::is_plain_relu(r.alpha, r.max_value, r.threshold);
   Attrs at = n.attrs;
-  return {make_node(Op::ReluGrad, {n.inputs[0], g}, std::move(at), g.dtype())};
+  return {make_node(Op::ReluGrad, {plain ? y : n.inputs[0], g}, std::move(at), g.dtype())};
 }
 G relu_grad_grad(const Node& n, const Tensor&, const Tensor& gg) {
   Attrs at = n.attrs;
