@@ -576,6 +576,37 @@ TEST(Fusion, BiasAndActivationAfterAGemmAreOnePass) {
   }
 }
 
+TEST(Fusion, APlainReluPassWritesNoPreActivationForItsGradient) {
+  // h = relu(x W + b), then a second layer: a plain relu's gradient reads h (as TF's ReluGrad
+  // does), so the forward bias + relu pass writes h alone; a leaky relu's gradient needs
+  // x W + b, a second output of the pass. Both against the reference backend.
+  for (const double alpha : {0.0, 0.1}) {
+    K::clear_session();
+    auto x = K::placeholder({K::None, 16});
+    auto W = K::variable(ramp(Shape{16, 24}, 0.3, 0.0));
+    auto b = K::variable(ramp(Shape{24}, 0.5, 0.1));
+    auto V = K::variable(ramp(Shape{24, 5}, 0.2, 0.05));
+    auto h = K::relu(K::dot(x, W) + b, {.alpha = alpha});
+    auto g = K::gradients(K::sum(K::square(K::dot(h, V))), {W, b});
+    std::vector<ktape::Tensor> outs{g[0], g[1]};
+    auto f = K::function({x}, outs);
+    auto fr = K::function({x}, outs, {}, {.backend = "reference"});
+    NDArray xv = ramp(Shape{40, 16}, 1.0, -0.2);
+    auto a = f({xv});
+    auto r = fr({xv});
+    for (std::size_t k = 0; k < 2; ++k)
+      expect_close(a[k], r[k], 1e-5, "alpha " + std::to_string(alpha));
+    // The forward pass: the first fused step, ending in the relu.
+    const std::string plan = f.describe_plan();
+    const std::size_t at = plan.find("Relu ");
+    ASSERT_NE(at, std::string::npos) << plan;
+    const std::string pass = plan.substr(at, plan.find('\n', at) - at);
+    EXPECT_NE(pass.find(alpha == 0 ? " 1 outputs" : " 2 outputs"), std::string::npos)
+        << "alpha " << alpha << "\n"
+        << plan;
+  }
+}
+
 TEST(Fusion, ChannelsFirstBiasAndActivationAfterAConvAreOnePass) {
   // tanh(relu(conv(x) + b) * 2 - 1), channels_first: b is a column (C, 1, 1), one value per run
   // of rows * cols elements. One fused pass, bit-identical to the unfused plan, close to the
