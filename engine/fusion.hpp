@@ -1,8 +1,9 @@
 // Elementwise fusion, step 2 of Function's compile (DESIGN.md): chains of elementwise steps of one
 // element count (operands may be scalars or rows, e.g. a bias after a GEMM) become one step that
 // runs the members' own kernels chunk by chunk, so intermediates stay in cache and never get an
-// arena buffer. Results are bit-identical to the unfused plan: the same kernels compute the same
-// elements.
+// arena buffer. A pass read only through another pass's gathered slices (a gate sum read by an
+// LSTM cell's gates) is computed inside that pass, per chunk (FusedSource). Results are
+// bit-identical to the unfused plan: the same kernels compute the same elements.
 #pragma once
 
 #include <memory>

@@ -49,9 +49,10 @@ class Float64 : public ::testing::Test {
 };
 
 // Cells written as step functions. `w` = {W, U, b} (SimpleRNN), {W, U, b} with 4H / 3H columns.
-K::StepFunction simple_rnn(const V& w) {
-  return [w](const Tensor& x, const V& s) -> std::pair<Tensor, V> {
-    Tensor h = K::tanh(K::dot(x, w[0]) + K::dot(s[0], w[1]) + w[2]);
+K::StepFunction simple_rnn(const V& w, bool relu = false) {
+  return [w, relu](const Tensor& x, const V& s) -> std::pair<Tensor, V> {
+    const Tensor z = K::dot(x, w[0]) + K::dot(s[0], w[1]) + w[2];
+    Tensor h = relu ? K::relu(z) : K::tanh(z);  // relu's gradient reads h
     return {h, {h}};
   };
 }
@@ -100,6 +101,7 @@ Tensor build(const Case& c, const V& in, bool unroll) {
   K::StepFunction cell;
   std::size_t n_states = 1;
   if (c.cell == "simple") cell = simple_rnn(w);
+  if (c.cell == "simple_relu") cell = simple_rnn(w, true);
   if (c.cell == "lstm") cell = lstm(w, H), n_states = 2;
   if (c.cell == "gru") cell = gru(w, H);
   V init{in[1]};
@@ -193,7 +195,8 @@ INSTANTIATE_TEST_SUITE_P(Cells, RnnEquivalence,
                                            Case{"gru", false, false, false, true},
                                            Case{"lstm", true, true, true, true},
                                            Case{"simple", true, false, false, false, true},
-                                           Case{"gru", true, true, false, true, true}),
+                                           Case{"gru", true, true, false, true, true},
+                                           Case{"simple_relu"}, Case{"simple_relu", true}),
                          [](const auto& info) { return name_of(info.param); });
 
 // A running sum (output = state = h + x) with a mask, by hand:

@@ -115,16 +115,33 @@ std::int64_t argmax_cell(const T* x, const Layout& xl, std::int64_t n, std::int6
 
 // Channels per register block of the channels_last fast paths: two AVX-512 vectors.
 template <class T>
-constexpr std::int64_t kBlockChannels = 128 / sizeof(T);
+constexpr std::int64_t kRegisterChannels = 128 / sizeof(T);
 
-// Whether every window of a channels_last plane lies inside the input (no padding reaches it),
-// and (`apart`) whether windows never share a cell (the kernel no larger than the stride).
+// Calls block(c, width) for the register blocks of cx channels: whole blocks with a width known
+// at compile time, then the tail.
+template <class T, class F>
+inline void for_register_blocks(std::int64_t cx, F&& block) {
+  constexpr std::int64_t B = kRegisterChannels<T>;
+  std::int64_t c = 0;
+  for (; c + B <= cx; c += B) block(c, std::integral_constant<std::int64_t, B>{});
+  if (c < cx) block(c, cx - c);
+}
+
+// The first cell's contribution to a window's result: itself for a max, 0 + it for an average
+// (an average sums from +0, as the reference does: four -0 cells average to +0).
+template <class T>
+inline T first_cell(bool max, T v) {
+  return max ? v : T(0) + v;
+}
+
+// Whether every window of a channels_last plane lies inside the input (no padding reaches it).
 inline bool unclipped(const WindowDims& g) {
   for (int i = 0; i < 2; ++i)
     if (g.pb[i] != 0 || (g.out[i] - 1) * g.s[i] + g.k[i] > g.in[i]) return false;
   return true;
 }
-// (And a window's cells counted in 32 bits, as max_pool_grad_apart numbers them for floats.)
+// Whether windows never share a cell (the window no larger than the stride), and a window's
+// cells fit the 32-bit numbers max_pool_grad_apart gives them for floats.
 inline bool apart(const WindowDims& g) {
   return g.k[0] <= g.s[0] && g.k[1] <= g.s[1] && g.k_count <= INT32_MAX;
 }
@@ -135,7 +152,7 @@ inline bool apart(const WindowDims& g) {
 template <class T, bool Max>
 void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restrict y,
                          std::int64_t r0, std::int64_t r1) {
-  constexpr std::int64_t B = kBlockChannels<T>;
+  constexpr std::int64_t B = kRegisterChannels<T>;
   const std::int64_t cx = g.cx, in_w = g.in[1], out_h = g.out[0], out_w = g.out[1];
   const std::int64_t k0 = g.k[0], k1 = g.k[1];
   const T count = static_cast<T>(k0 * k1);
@@ -147,8 +164,7 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
       T* out = y + ((n * out_h + oy) * out_w + ox) * cx;
       auto block = [&](std::int64_t c, auto width) {
         T acc[B];
-        // An average sums from +0, as the reference does (four -0 cells average to +0).
-        for (std::int64_t j = 0; j < width; ++j) acc[j] = Max ? w0[c + j] : T(0) + w0[c + j];
+        for (std::int64_t j = 0; j < width; ++j) acc[j] = first_cell(Max, w0[c + j]);
         for (std::int64_t ky = 0; ky < k0; ++ky)
           for (std::int64_t kx = ky == 0 ? 1 : 0; kx < k1; ++kx) {
             const T* src = w0 + (ky * in_w + kx) * cx + c;
@@ -157,9 +173,7 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
           }
         for (std::int64_t j = 0; j < width; ++j) out[c + j] = Max ? acc[j] : acc[j] / count;
       };
-      std::int64_t c = 0;
-      for (; c + B <= cx; c += B) block(c, std::integral_constant<std::int64_t, B>{});
-      if (c < cx) block(c, cx - c);
+      for_register_blocks<T>(cx, block);
     }
   }
 }
@@ -172,7 +186,7 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
 template <class T>
 void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* __restrict dy,
                          T* __restrict dimg) {
-  constexpr std::int64_t B = kBlockChannels<T>;
+  constexpr std::int64_t B = kRegisterChannels<T>;
   const std::int64_t cx = g.cx, in_w = g.in[1], out_w = g.out[1];
   const std::int64_t k0 = g.k[0], k1 = g.k[1];
   for (std::int64_t oy = 0; oy < g.out[0]; ++oy)
@@ -210,9 +224,7 @@ void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* 
             d[j] = at_cell[j] == static_cast<I>(cell) ? T(0) + gv[c + j] : T(0);
         }
       };
-      std::int64_t c = 0;
-      for (; c + B <= cx; c += B) block(c, std::integral_constant<std::int64_t, B>{});
-      if (c < cx) block(c, cx - c);
+      for_register_blocks<T>(cx, block);
     }
 }
 
@@ -236,7 +248,7 @@ void pool_kernel(const KernelCall& c) {
               const std::int64_t w = g.in[1];
               for_each_window_2d(g, [&](std::int64_t op, std::int64_t y0, std::int64_t y1,
                                         std::int64_t x0, std::int64_t x1) {
-                T v = max ? xp[y0 * w + x0] : T(0) + xp[y0 * w + x0];
+                T v = first_cell(max, xp[y0 * w + x0]);
                 for (std::int64_t yy = y0; yy < y1; ++yy)
                   for (std::int64_t xx = x0; xx < x1; ++xx) {
                     if (yy == y0 && xx == x0) continue;
@@ -254,7 +266,7 @@ void pool_kernel(const KernelCall& c) {
               for_each_cell(box, [&](std::int64_t ip) {
                 const T u = xp[ip];
                 if (first)
-                  v = max ? u : T(0) + u, first = false;
+                  v = first_cell(max, u), first = false;
                 else if (max)
                   v = beats(u, v) ? u : v;
                 else
@@ -302,8 +314,7 @@ void pool_kernel(const KernelCall& c) {
                 continue;
               }
               const T* first = img + (y0 * in_w + x0) * cx;
-              for (std::int64_t ch = 0; ch < cx; ++ch)
-                row[ch] = max ? first[ch] : T(0) + first[ch];  // an average sums from +0
+              for (std::int64_t ch = 0; ch < cx; ++ch) row[ch] = first_cell(max, first[ch]);
               for (std::int64_t yy = y0; yy < y1; ++yy)
                 for (std::int64_t xx = yy == y0 ? x0 + 1 : x0; xx < x1; ++xx) {
                   const T* src = img + (yy * in_w + xx) * cx;
@@ -334,8 +345,7 @@ void pool_kernel(const KernelCall& c) {
           for_each_cell(box, [&](std::int64_t ip) {
             const T* src = x + xl.at(n, ip, 0);
             if (first) {
-              for (std::int64_t ch = 0; ch < g.cx; ++ch)
-                row[ch] = max ? src[ch] : T(0) + src[ch];  // an average sums from +0
+              for (std::int64_t ch = 0; ch < g.cx; ++ch) row[ch] = first_cell(max, src[ch]);
               first = false;
             } else if (max) {
               for (std::int64_t ch = 0; ch < g.cx; ++ch)
