@@ -82,6 +82,24 @@ std::pair<int, int> fused_and_all_steps(const ktape::Function& f) {
   return {fused, all - 1};  // the last line counts commits
 }
 
+// `outs` of the fused plan (in `fused`) on `feed`, checked against the unfused plan (the same
+// bits) and the reference backend (within rtol).
+std::vector<NDArray> run_checked(const std::vector<Tensor>& ins, const std::vector<Tensor>& outs,
+                                 const std::vector<NDArray>& feed, double rtol,
+                                 const std::string& what, ktape::Function& fused) {
+  fused = K::function(ins, outs);
+  auto plain = K::function(ins, outs, {}, {.fuse = false});
+  auto ref = K::function(ins, outs, {}, {.backend = "reference"});
+  auto r = fused(feed);
+  auto u = plain(feed);
+  auto e = ref(feed);
+  for (std::size_t k = 0; k < outs.size(); ++k) {
+    expect_identical(r[k], u[k], what);
+    expect_close(r[k], e[k], rtol, what);
+  }
+  return r;
+}
+
 }  // namespace
 
 TEST(Fusion, AdamChainIsOnePassAndIdenticalToUnfused) {
@@ -340,18 +358,10 @@ TEST(Fusion, SlicesReadByFusedPassesAreGathered) {
       auto y = K::sigmoid(gate(3)) * K::tanh(c);
       std::vector<Tensor> outs{y};
       if (variant == 2) outs.push_back(K::sum(gate(3)));
-      auto fused = K::function({x}, outs);
-      auto plain = K::function({x}, outs, {}, {.fuse = false});
-      auto ref = K::function({x}, outs, {}, {.backend = "reference"});
       NDArray xv = three_d ? ramp(Shape{6, 10, 64}, 1.5, 0.1, dt)
                            : ramp(Shape{variant == 1 ? 150 : 37, 96}, 1.5, 0.1, dt);
-      auto a = fused({xv});
-      auto b = plain({xv});
-      auto r = ref({xv});
-      for (std::size_t k = 0; k < outs.size(); ++k) {
-        expect_identical(a[k], b[k], what);
-        expect_close(a[k], r[k], dt == DType::float32 ? 1e-5 : 1e-12, what);
-      }
+      ktape::Function fused;
+      run_checked({x}, outs, {xv}, dt == DType::float32 ? 1e-5 : 1e-12, what, fused);
       const std::string plan = fused.describe_plan();
       int slices = 0;  // steps of the plan that are Slice kernels (one per line)
       for (std::size_t at = 0; at < plan.size(); at = plan.find('\n', at) + 1) {
@@ -400,19 +410,12 @@ TEST(Fusion, ASumReadOnlyThroughGatheredSlicesIsComputedByItsReader) {
       std::vector<Tensor> outs{h, c};
       if (variant == 1) outs.push_back(K::sum(z, 1));
       if (variant == 3) outs.push_back(K::sum(gate(1), 1));
-      auto fused = K::function({a, b, c0}, outs);
-      auto plain = K::function({a, b, c0}, outs, {}, {.fuse = false});
-      auto ref = K::function({a, b, c0}, outs, {}, {.backend = "reference"});
       const std::vector<NDArray> feed{ramp(Shape{rows, 4 * w}, 1.5, 0.1, dt),
                                       ramp(Shape{rows, 4 * w}, -0.7, 0.2, dt),
                                       ramp(Shape{rows, w}, 0.9, -0.1, dt)};
-      auto r = fused(feed);
-      auto u = plain(feed);
-      auto e = ref(feed);
-      for (std::size_t k = 0; k < outs.size(); ++k) {
-        expect_identical(r[k], u[k], what);
-        expect_close(r[k], e[k], dt == DType::float32 ? 1e-5 : 1e-12, what);
-      }
+      ktape::Function fused;
+      auto r =
+          run_checked({a, b, c0}, outs, feed, dt == DType::float32 ? 1e-5 : 1e-12, what, fused);
       const std::string plan = fused.describe_plan();
       const bool computed = plan.find("1 input(s) computed per chunk") != std::string::npos;
       EXPECT_EQ(computed, variant == 0) << what << "\n" << plan;
@@ -457,18 +460,11 @@ TEST(Fusion, PassesOfOneSizeMergeIntoOne) {
       Tensor a = kind == 0 ? x * y : x;
       Tensor c1 = K::sigmoid(a) * 2.0 + (kind == 2 ? bias : K::constant(1.0, {.dtype = d}));
       Tensor c2 = K::tanh(kind == 0 ? a : y) * 3.0 - 1.0;
-      auto fused = K::function({x, y}, {c1, c2});
-      auto plain = K::function({x, y}, {c1, c2}, {}, {.fuse = false});
-      auto ref = K::function({x, y}, {c1, c2}, {}, {.backend = "reference"});
       const std::vector<NDArray> feed{ramp(Shape{100, 48}, 2.0, 0.1, dt),
                                       ramp(Shape{100, 48}, -1.5, 0.3, dt)};
-      auto r = fused(feed);
-      auto u = plain(feed);
-      auto e = ref(feed);
-      for (std::size_t k = 0; k < 2; ++k) {
-        expect_identical(r[k], u[k], what);
-        expect_close(r[k], e[k], dt == DType::float32 ? 1e-6 : 1e-14, what);
-      }
+      ktape::Function fused;
+      auto r =
+          run_checked({x, y}, {c1, c2}, feed, dt == DType::float32 ? 1e-6 : 1e-14, what, fused);
       EXPECT_EQ(fused_and_all_steps(fused), (std::pair<int, int>{1, 1})) << what << "\n"
                                                                          << fused.describe_plan();
       for (std::int64_t i : {0, 47, 2000, 4799}) {
