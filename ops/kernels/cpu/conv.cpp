@@ -20,6 +20,10 @@
 
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "engine/backend.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
@@ -63,6 +67,41 @@ KTAPE_NO_LIBCALLS inline void zero_n(T* dst, std::int64_t count) {
   } else {
     std::memset(dst, 0, static_cast<std::size_t>(count) * sizeof(T));
   }
+}
+
+// copy_n and zero_n of a short run (a first layer's window row of 1-3 channels), inlined: up
+// to one vector's worth as a masked move (masked-off lanes are neither read nor written).
+template <class T>
+[[gnu::always_inline]] inline void copy_short(T* dst, const T* src, std::int64_t count) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(T) == 4) {
+    if (count <= 16) {
+      const auto m = static_cast<__mmask16>((1u << count) - 1);
+      return _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src));
+    }
+  } else if constexpr (sizeof(T) == 8) {
+    if (count <= 8) {
+      const auto m = static_cast<__mmask8>((1u << count) - 1);
+      return _mm512_mask_storeu_pd(dst, m, _mm512_maskz_loadu_pd(m, src));
+    }
+  }
+#endif
+  copy_n(dst, src, count);
+}
+template <class T>
+[[gnu::always_inline]] inline void zero_short(T* dst, std::int64_t count) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(T) == 4) {
+    if (count <= 16)
+      return _mm512_mask_storeu_ps(dst, static_cast<__mmask16>((1u << count) - 1),
+                                   _mm512_setzero_ps());
+  } else if constexpr (sizeof(T) == 8) {
+    if (count <= 8)
+      return _mm512_mask_storeu_pd(dst, static_cast<__mmask8>((1u << count) - 1),
+                                   _mm512_setzero_pd());
+  }
+#endif
+  zero_n(dst, count);
 }
 
 // Copies `count` channels of one pixel (channel stride cs) into dst, or zeros.
@@ -122,17 +161,19 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
     return;
   }
   // Forward, channels_last: the cells of one kernel row (the last spatial dim) read a run of
-  // input pixels; with dilation 1 the part inside the input is one contiguous copy. The rows'
-  // coordinates advance one pixel at a time, and the outer cells' offsets come from a table made
-  // once: with a first layer's one to three channels a row copies a few values per cell, and
-  // divisions per row and cell cost more than the copies.
-  const std::int64_t kl = g.k[last], dl = g.d[last], ch = sl.ch;
+  // input pixels; with dilation 1 the part inside the input is one contiguous copy. The pixels
+  // of a tile go an output row at a time: the outer cells' input rows are found once per output
+  // row (from a table of their offsets, made once), and a pixel whose window lies inside the
+  // row copies its short runs (a first layer's 3 cells of 1-3 channels) with one masked move
+  // each. Divisions, bounds and calls per pixel and cell cost more than those copies.
+  const std::int64_t kl = g.k[last], dl = g.d[last], ch = sl.ch, run_len = kl * ch;
   const std::int64_t outer_cells = g.k_count / kl;
   std::int64_t stride[3];
   stride[last] = 1;
   for (int i = last - 1; i >= 0; --i) stride[i] = stride[i + 1] * g.in[i + 1];
   constexpr std::int64_t kTable = 64;
   std::int64_t koff[kTable][2] = {};  // per outer cell, its offset along each outer dim
+  const T* row_of[kTable];            // per outer cell, its input row for this output row
   const bool table = outer_cells <= kTable && last <= 2;
   auto outer_offset = [&](std::int64_t oc, int d) {
     if (table) return koff[oc][d];
@@ -148,38 +189,60 @@ void gather(const WindowDims& g, bool backward, const T* src, const Layout& sl, 
         rest /= g.k[d];
       }
     }
+  // The input row (pixel 0 of the last dim) that outer cell oc reads for output row `from`, or
+  // null where that row lies outside the input.
+  auto input_row = [&](std::int64_t oc) -> const T* {
+    std::int64_t base = 0;
+    for (int d = last - 1; d >= 0; --d) {
+      const std::int64_t v = from[d] * g.s[d] - g.pb[d] + outer_offset(oc, d);
+      if (v < 0 || v >= g.in[d]) return nullptr;
+      base += v * stride[d];
+    }
+    return img + base * ch;
+  };
   unflatten(p0, r, ext, from);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    T* out = col + i * cols;
-    const std::int64_t start = from[last] * g.s[last] - g.pb[last];
-    // Cells j in [lo, hi) land inside: start + j*dl in [0, in).
-    const std::int64_t lo = start < 0 ? std::min(kl, (-start + dl - 1) / dl) : 0;
-    const std::int64_t hi = std::max(
-        lo, std::min(kl, (g.in[last] - 1 - start) < 0 ? std::int64_t{0}
-                                                      : (g.in[last] - 1 - start) / dl + 1));
-    for (std::int64_t oc = 0; oc < outer_cells; ++oc, out += kl * ch) {
-      // The outer dims' input coordinates; outside the input: the whole run is zero.
-      std::int64_t base = 0;
-      bool inside = true;
-      for (int d = last - 1; d >= 0; --d) {
-        const std::int64_t v = from[d] * g.s[d] - g.pb[d] + outer_offset(oc, d);
-        inside = inside && v >= 0 && v < g.in[d];
-        base += v * stride[d];
-      }
-      if (!inside) {
-        zero_n(out, kl * ch);
+  for (std::int64_t i = 0; i < rows;) {
+    const std::int64_t run = std::min(rows - i, ext[last] - from[last]);  // in this output row
+    if (table)
+      for (std::int64_t oc = 0; oc < outer_cells; ++oc) row_of[oc] = input_row(oc);
+    for (const std::int64_t end = i + run; i < end; ++i, ++from[last]) {
+      T* out = col + i * cols;
+      const std::int64_t start = from[last] * g.s[last] - g.pb[last];
+      if (dl == 1 && start >= 0 && start + kl <= g.in[last]) {  // the window's row lies inside
+        for (std::int64_t oc = 0; oc < outer_cells; ++oc, out += run_len) {
+          const T* in_row = table ? row_of[oc] : input_row(oc);
+          if (in_row)
+            copy_short(out, in_row + start * ch, run_len);
+          else  // outside the input: the whole run is zero
+            zero_short(out, run_len);
+        }
         continue;
       }
-      if (lo > 0) zero_n(out, lo * ch);
-      if (hi < kl) zero_n(out + hi * ch, (kl - hi) * ch);
-      const T* in = img + (base + start) * ch;
-      if (dl == 1) {
-        if (hi > lo) copy_n(out + lo * ch, in + lo * ch, (hi - lo) * ch);
-      } else {
-        for (std::int64_t j = lo; j < hi; ++j) copy_n(out + j * ch, in + j * dl * ch, ch);
+      // Cells j in [lo, hi) land inside: start + j*dl in [0, in).
+      const std::int64_t lo = start < 0 ? std::min(kl, (-start + dl - 1) / dl) : 0;
+      const std::int64_t hi = std::max(
+          lo, std::min(kl, (g.in[last] - 1 - start) < 0 ? std::int64_t{0}
+                                                        : (g.in[last] - 1 - start) / dl + 1));
+      for (std::int64_t oc = 0; oc < outer_cells; ++oc, out += run_len) {
+        const T* in_row = table ? row_of[oc] : input_row(oc);
+        if (!in_row) {
+          zero_short(out, run_len);
+          continue;
+        }
+        const T* in = in_row + start * ch;
+        if (lo > 0) zero_n(out, lo * ch);
+        if (hi < kl) zero_n(out + hi * ch, (kl - hi) * ch);
+        if (dl == 1) {
+          if (hi > lo) copy_n(out + lo * ch, in + lo * ch, (hi - lo) * ch);
+        } else {
+          for (std::int64_t j = lo; j < hi; ++j) copy_n(out + j * ch, in + j * dl * ch, ch);
+        }
       }
     }
-    for (int d = last; d >= 0 && ++from[d] == ext[d]; --d) from[d] = 0;  // the next pixel
+    if (from[last] == ext[last]) {  // the next output row
+      from[last] = 0;
+      for (int d = last - 1; d >= 0 && ++from[d] == ext[d]; --d) from[d] = 0;
+    }
   }
 }
 
