@@ -29,7 +29,7 @@
   X(DenseIndices) X(ShapeCarrier) X(SparseGather)                                           \
   /* sliding windows (ops/conv, ops/pool) and padding (ops/image) */                       \
   X(Conv) X(ConvBackpropInput) X(ConvBackpropFilter) X(Pool) X(MaxPoolGrad)                 \
-  X(MaxPoolGradGrad) X(AvgPoolGrad) X(Pad)                                                  \
+  X(MaxPoolGradGrad) X(MaxPoolReluGrad) X(AvgPoolGrad) X(Pad)                              \
   /* state */                                                                               \
   X(Assign) X(Group)                                                                        \
   /* collectives over processes (ops/collective.hpp) */                                     \

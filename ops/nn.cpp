@@ -9,6 +9,7 @@
 #include "ops/kernels/functors.hpp"
 #include "ops/layout.hpp"
 #include "ops/op_util.hpp"
+#include "ops/pool.hpp"
 #include "ops/reductions.hpp"
 
 namespace ktape::backend {
@@ -34,9 +35,13 @@ Tensor log_softmax(const Tensor& x, int axis) {
 // A plain relu's gradient reads its output, as TF's does (y > 0 exactly where x > 0, NaN
 // included): a pass computing bias + relu then need not write the pre-activation for it.
 // Other options need x.
+// Where y feeds a max pool and nothing else, the pool's gradient and this one are one pass
+// (ops::max_pool_relu_grad): no relu-sized array written and read back between them.
 G relu_grad(const Node& n, const Tensor& y, const Tensor& g) {
   const auto r = attrs::Relu::of(n.attrs);
   const bool plain = kernels::is_plain_relu(r.alpha, r.max_value, r.threshold);
+  if (plain)
+    if (Tensor fused = ops::max_pool_relu_grad(y, g); fused.defined()) return {fused};
   Attrs at = n.attrs;
   return {make_node(Op::ReluGrad, {plain ? y : n.inputs[0], g}, std::move(at), g.dtype())};
 }

@@ -1,5 +1,7 @@
 #include "ops/pool.hpp"
 
+#include <limits>
+
 #include "ops/kernels/attrs.hpp"
 #include "ops/op_util.hpp"
 #include "ops/window_shape.hpp"
@@ -11,7 +13,8 @@ namespace {
 using namespace ops::window_shape;
 using G = std::vector<Tensor>;
 
-// Pool(x) -> y. MaxPoolGrad(x, dy) -> dx. MaxPoolGradGrad(x, h) -> (y's shape): h at each
+// Pool(x) -> y. MaxPoolGrad(x, dy) -> dx. MaxPoolReluGrad(y, dy) -> MaxPoolGrad(y, dy) * (y > 0)
+// (y a relu's output; see ops::max_pool_relu_grad). MaxPoolGradGrad(x, h) -> (y's shape): h at each
 // window's argmax. AvgPoolGrad(dy, like) -> dx (like: x, for its shape only).
 Shape pool_rule(const Node& n, const std::vector<Shape>& in) {
   const W a = W::of(n.attrs);
@@ -38,6 +41,14 @@ G max_pool_grad_grad(const Node& n, const Tensor&, const Tensor& h) {
 }
 G max_pool_grad_grad_grad(const Node& n, const Tensor&, const Tensor& h) {
   return {Tensor(), window_node(Op::MaxPoolGrad, {n.inputs[0], h}, n.attrs, h.dtype())};
+}
+// MaxPoolReluGrad is linear in dy, its gradient that of ReluGrad(y, MaxPoolGrad(y, dy)):
+// MaxPoolGradGrad(y, ReluGrad(y, h)); piecewise constant in y.
+G max_pool_relu_grad_grad(const Node& n, const Tensor&, const Tensor& h) {
+  const Tensor& y = n.inputs[0];
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor masked = make_node(Op::ReluGrad, {y, h}, attrs::Relu::make(0, inf, 0), h.dtype());
+  return {Tensor(), window_node(Op::MaxPoolGradGrad, {y, masked}, n.attrs, h.dtype())};
 }
 G avg_pool_grad_grad(const Node& n, const Tensor&, const Tensor& h) {
   return {window_node(Op::Pool, {h}, n.attrs, h.dtype()), Tensor()};
@@ -85,11 +96,22 @@ Tensor pool3d(const Tensor& x, const std::vector<std::int64_t>& pool_size, const
 
 namespace ktape::ops {
 
+Tensor max_pool_relu_grad(const Tensor& y, const Tensor& g) {
+  if (!g.defined()) return {};
+  // With unknown dims the gradient comes as SumToLike(MaxPoolGrad(y, dy), y): shaped like y
+  // already, so the same values.
+  const Node* m = &g.node();
+  if (m->op == Op::SumToLike && m->inputs[1] == y) m = &m->inputs[0].node();
+  if (m->op != Op::MaxPoolGrad || !(m->inputs[0] == y)) return {};
+  return make_node(Op::MaxPoolReluGrad, {y, m->inputs[1]}, m->attrs, g.dtype());
+}
+
 void register_pool_ops() {
   using namespace ktape::backend;
   define_op(Op::Pool, {.shape = &pool_rule, .grad = &pool_grad});
   define_op(Op::MaxPoolGrad, {.shape = &like_input_rule, .grad = &max_pool_grad_grad});
   define_op(Op::MaxPoolGradGrad, {.shape = &pool_rule, .grad = &max_pool_grad_grad_grad});
+  define_op(Op::MaxPoolReluGrad, {.shape = &like_input_rule, .grad = &max_pool_relu_grad_grad});
   define_op(Op::AvgPoolGrad, {.shape = &like_input_rule, .grad = &avg_pool_grad_grad});
 }
 

@@ -29,3 +29,13 @@ Tensor pool3d(const Tensor& x, const std::vector<std::int64_t>& pool_size,
               const PoolOptions& options = {});
 
 }  // namespace ktape::backend
+
+namespace ktape::ops {
+
+/// A plain relu's gradient for its output y when the gradient reaching y is max pooling's
+/// gradient of y itself (conv -> relu -> max-pool): one MaxPoolReluGrad(y, dy), the pool's
+/// gradient times (y > 0) in one pass, the same values as ReluGrad(y, MaxPoolGrad(y, dy)).
+/// Undefined for any other gradient.
+Tensor max_pool_relu_grad(const Tensor& y, const Tensor& g);
+
+}  // namespace ktape::ops

@@ -7,14 +7,17 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <tbb/global_control.h>
 
+#include "engine/graph.hpp"
 #include "ktape/ktape.hpp"
 #include "op_rows/op_row.hpp"
+#include "ops/kernels/attrs.hpp"
 #include "ops/kernels/conv_plan.hpp"
 #include "test_util.hpp"
 
@@ -397,6 +400,69 @@ TEST(Pooling, ChannelsLastWindowsInsideTheInputMatchTheReferenceBitForBit) {
                 << what << (o == 0 ? " y" : " dx") << " element " << i << ": " << a << " vs " << b;
           }
       }
+}
+
+// conv -> relu -> max-pool: relu's gradient of the pool's gradient is built as one op,
+// MaxPoolReluGrad(y, dy), which must give the bits of the two ops it replaces,
+// ReluGrad(y, MaxPoolGrad(y, dy)) (each built here by hand from the fused node's inputs), on
+// both backends: windows tiling the input (the cpu kernel's write-once path, 32 channels: whole
+// register blocks), leaving a row and column out (zeroed by the caller), with gaps, and
+// overlapping (the summing path). x holds ties, NaNs of both signs, infinities and zeros of
+// both signs before relu; dy holds -0. float32 and float64, and a batch of unknown size (the
+// pool's gradient then reaches relu through a SumToLike to its shape).
+TEST(Pooling, ReluThenMaxPoolGradientIsOneOpWithTheBitsOfTwo) {
+  struct Case {
+    std::int64_t h, w, k, s;
+  };
+  const Case cases[] = {{26, 26, 2, 2}, {11, 11, 2, 2}, {8, 8, 2, 3}, {9, 9, 3, 2}};
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const Case& c : cases)
+    for (DType dt : {DType::float32, DType::float64}) {
+      const std::int64_t o = (c.h - c.k) / c.s + 1;
+      const std::string dn(ktape::dtype_name(dt));
+      const bool unknown_batch = dt == DType::float32;
+      const std::string what =
+          std::to_string(c.h) + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " " + dn;
+      const Shape xs{2, c.h, c.w, 32};
+      std::mt19937 gen(static_cast<std::uint32_t>(c.h * 10 + c.k));
+      NDArray xv(xs, dt);
+      for (std::int64_t i = 0; i < xv.size(); ++i) {
+        const unsigned r = gen() % 100;
+        xv.set_item(i, r < 4    ? std::nan("")
+                       : r < 8  ? -std::nan("")
+                       : r < 10 ? HUGE_VAL
+                       : r < 12 ? -HUGE_VAL
+                       : r < 27 ? 0.0
+                       : r < 42 ? -0.0
+                                : static_cast<double>(r % 5) - 2.0);
+      }
+      NDArray wv = normal(Shape{2, o, o, 32}, 11).astype(dt);
+      for (std::int64_t i = 0; i < wv.size(); i += 5) wv.set_item(i, -0.0);
+      auto x = K::placeholder(unknown_batch ? Shape{K::None, c.h, c.w, 32} : xs, {.dtype = dn});
+      auto w = K::placeholder(unknown_batch ? Shape{K::None, o, o, 32} : wv.shape(), {.dtype = dn});
+      auto p = K::pool2d(K::relu(x), {c.k, c.k}, {.strides = {c.s, c.s}});
+      const Tensor gx = K::gradients(K::sum(p * w), {x})[0];
+      // With an unknown batch, x's gradient is SumToLike(the fused op, x): the same values.
+      const ktape::Node& fused =
+          gx.node().op == ktape::Op::SumToLike ? gx.node().inputs[0].node() : gx.node();
+      ASSERT_EQ(fused.op, ktape::Op::MaxPoolReluGrad) << what;
+      const Tensor& y = fused.inputs[0];
+      const Tensor& dy = fused.inputs[1];
+      const Tensor two =
+          ktape::make_node(ktape::Op::ReluGrad,
+                           {y, ktape::make_node(ktape::Op::MaxPoolGrad, {y, dy}, fused.attrs, dt)},
+                           ktape::attrs::Relu::make(0, inf, 0), dt);
+      for (const std::string backend : {"cpu", "reference"}) {
+        const auto r = K::function({x, w}, {gx, two}, {}, {.backend = backend})({xv, wv});
+        for (std::int64_t i = 0; i < r[0].size(); ++i) {
+          const double a = r[0].item(i), b = r[1].item(i);
+          const bool same =
+              (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+          ASSERT_TRUE(same) << what << " " << backend << " element " << i << ": " << a << " vs "
+                            << b;
+        }
+      }
+    }
 }
 
 // data_format unset means image_data_format(), read when the op is built.

@@ -399,6 +399,7 @@ const std::set<ktape::Op>& gradient_only_kinds() {
       ktape::Op::ConvBackpropFilter,  // conv's kernel gradient
       ktape::Op::MaxPoolGrad,         // max pooling's gradient
       ktape::Op::MaxPoolGradGrad,     // the gradient of max pooling's gradient
+      ktape::Op::MaxPoolReluGrad,     // relu's gradient of max pooling's gradient of its output
       ktape::Op::AvgPoolGrad,         // average pooling's gradient
       ktape::Op::SparseGather,        // the gradient of a sparse tensor's values
   };

@@ -648,6 +648,82 @@ std::vector<OpRow> conv_rows() {
              {f64({5, 1, 5, 3, 5, 0, 5, nan, 5, 3, 5, 2, 5, nan, 5, 7}, {1, 2, 4, 2})})
         .expect({1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {1, 2, 4, 2});
   }
+  // Max pooling of a relu's output: relu's gradient and the pool's are one op (MaxPoolReluGrad),
+  // which must give what the two give, ReluGrad(y, MaxPoolGrad(y, dy)), and its own gradient.
+  // Windows apart and tiling the input (the cpu kernel's write-once path), overlapping windows
+  // with SAME padding, windows with gaps between them in channels_first, and a 3-D pool. The
+  // inputs' values are distinct in [-2, 2]: some windows are all negative, relu's zeros tie there.
+  auto relu_then = [](naive::Arr a) {
+    for (double& v : a.v) v = v > 0 ? v : 0;
+    return a;
+  };
+  t.op("pool2d_max_of_relu_grad",
+       [](const V& x) {
+         return K::pool2d(K::relu(x[0]), {2, 2}, {.strides = {2, 2}});
+       },
+       {g.distinct({2, 4, 6, 3}, -2, 2)})
+      .second_order()
+      .formula([relu_then](const In& in) {
+        return naive::pool(relu_then(in[0]), {2, 2}, {.strides = {2, 2}}, true);
+      });
+  t.op("pool2d_max_of_relu_same_grad",
+       [](const V& x) {
+         return K::pool2d(K::relu(x[0]), {3, 3}, {.strides = {2, 2}, .padding = "same"});
+       },
+       {g.distinct({2, 5, 5, 2}, -2, 2)})
+      .second_order()
+      .formula([relu_then](const In& in) {
+        return naive::pool(relu_then(in[0]), {3, 3}, {.strides = {2, 2}, .padding = "same"}, true);
+      });
+  t.op("pool2d_max_of_relu_gaps_cf_grad",
+       [](const V& x) {
+         return K::pool2d(K::relu(x[0]), {2, 2},
+                          {.strides = {3, 3}, .data_format = "channels_first"});
+       },
+       {g.distinct({2, 2, 7, 8}, -2, 2)})
+      .formula([relu_then](const In& in) {
+        return naive::pool(relu_then(in[0]), {2, 2}, {.strides = {3, 3}, .channels_first = true},
+                           true);
+      });
+  // The fused op's own gradient, for its incoming gradient u (an input here): a window whose
+  // maximum relu made 0 passes none of u on, in the gradient as in the values.
+  t.op("pool2d_max_of_relu_grad_of_grad",
+       [](const V& x) {
+         return K::gradients(K::sum(K::pool2d(K::relu(x[0]), {2, 2}, {.strides = {2, 2}}) * x[1]),
+                             {x[0]})[0];
+       },
+       {g.distinct({1, 4, 6, 2}, -3, 1), g.normal({1, 2, 3, 2})});  // windows all negative
+  // A pool of relu's output plus another input: the gradient reaching relu's output is the
+  // pool's gradient of the sum, whose maxima are elsewhere; relu's gradient stays its own op.
+  t.op("pool2d_max_of_relu_plus_grad",
+       [](const V& x) {
+         return K::pool2d(K::relu(x[0]) + x[1], {2, 2}, {.strides = {2, 2}});
+       },
+       {g.distinct({1, 4, 4, 2}, -2, 2), g.distinct({1, 4, 4, 2}, -2, 2)});
+  t.op("pool3d_max_of_relu_grad",
+       [](const V& x) {
+         return K::pool3d(K::relu(x[0]), {2, 2, 2}, {.strides = {1, 2, 2}});
+       },
+       {g.distinct({1, 3, 4, 4, 2}, -2, 2)})
+      .formula([relu_then](const In& in) {
+        return naive::pool(relu_then(in[0]), {2, 2, 2}, {.strides = {1, 2, 2}}, true);
+      });
+  // By hand (input (1, 2, 4, 2), 2x2 windows, stride 2): as TF's ReluGrad(relu(x),
+  // MaxPoolGrad(relu(x), 1)). Channel 0: the first window is all negative, relu makes it four
+  // zeros, the first of them takes the pool's gradient and relu's gradient zeroes it; the second
+  // window's max 2 first appears at (0, 3). Channel 1: the first window's maximum is a NaN at
+  // (0, 1) (relu keeps it, and NaN > 0 is false, so its gradient is 0); the second's is 4 at
+  // (1, 2).
+  {
+    const double nan = std::nan("");
+    t.values("pool2d_max_of_relu_grad_by_hand",
+             [](const V& x) {
+               return K::gradients(K::sum(K::pool2d(K::relu(x[0]), {2, 2}, {.strides = {2, 2}})),
+                                   {x[0]})[0];
+             },
+             {f64({-1, 1, -3, nan, 0.5, -1, 2, -2, -2, 3, -0.5, 2, 1.5, 4, 2, 0.5}, {1, 2, 4, 2})})
+        .expect({0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0}, {1, 2, 4, 2});
+  }
   t.op("pool2d_avg_cf_grad",
        [](const V& x) {
          return K::pool2d(x[0], {2, 3},

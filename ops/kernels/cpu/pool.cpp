@@ -182,8 +182,8 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
 // each cell of a window gets its gradient written once, dy at the window's argmax (the first
 // maximum in scan order, as argmax_cell) and 0 elsewhere, a block of channels at a time; no
 // scattered adds. Cells outside every window must be zeroed by the caller. The values are those
-// of adding dy into a zeroed dx: 0 + dy.
-template <class T>
+// of adding dy into a zeroed dx: 0 + dy (times (x > 0) for MaxPoolReluGrad: Relu).
+template <class T, bool Relu>
 void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* __restrict dy,
                          T* __restrict dimg) {
   constexpr std::int64_t B = kRegisterChannels<T>;
@@ -219,9 +219,17 @@ void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* 
             at_cell[j] = bits[j] == best_bits[j] ? static_cast<I>(cell) : at_cell[j];
         }
         for (std::int64_t cell = 0; cell < k0 * k1; ++cell) {
-          T* d = d0 + ((cell / k1) * in_w + cell % k1) * cx + c;
-          for (std::int64_t j = 0; j < width; ++j)
-            d[j] = at_cell[j] == static_cast<I>(cell) ? T(0) + gv[c + j] : T(0);
+          const std::int64_t at = ((cell / k1) * in_w + cell % k1) * cx + c;
+          T* d = d0 + at;
+          if constexpr (Relu) {
+            const T* src = w0 + at;
+            for (std::int64_t j = 0; j < width; ++j)
+              d[j] =
+                  at_cell[j] == static_cast<I>(cell) ? (T(0) + gv[c + j]) * T(src[j] > T(0)) : T(0);
+          } else {
+            for (std::int64_t j = 0; j < width; ++j)
+              d[j] = at_cell[j] == static_cast<I>(cell) ? T(0) + gv[c + j] : T(0);
+          }
         }
       };
       for_register_blocks<T>(cx, block);
@@ -363,9 +371,12 @@ void pool_kernel(const KernelCall& c) {
 
 // MaxPoolGrad(x, dy) and AvgPoolGrad(dy, like) -> dx, one image per task. channels_last max:
 // each window finds the argmax of a block of channels at once (channels innermost).
+// MaxPoolReluGrad (Relu): MaxPoolGrad's dx times (x > 0), relu's gradient of it with x relu's
+// output, the same bits as the two ops: written so where windows share no cell, else applied
+// to a task's images once their dx is summed.
 constexpr std::int64_t kChannelBlock = 256;
 
-template <class T, bool Max>
+template <class T, bool Max, bool Relu = false>
 void pool_grad_kernel(const KernelCall& c) {
   const ArrayRef& dyr = Max ? c.in[1] : c.in[0];
   const WindowDims g = window_dims(attrs::Window::of(*c.attrs), c.out, dyr);
@@ -387,7 +398,8 @@ void pool_grad_kernel(const KernelCall& c) {
               std::memset(dx + n0 * image, 0,
                           static_cast<std::size_t>((n1 - n0) * image) * sizeof(T));
             for (std::int64_t n = n0; n < n1; ++n)
-              max_pool_grad_apart(g, x + n * image, dy + n * g.out_pixels * g.cx, dx + n * image);
+              max_pool_grad_apart<T, Relu>(g, x + n * image, dy + n * g.out_pixels * g.cx,
+                                           dx + n * image);
             return;
           }
         }
@@ -493,6 +505,8 @@ void pool_grad_kernel(const KernelCall& c) {
           for (std::int64_t ch = 0; ch < g.cx; ++ch)
             for (std::int64_t op = 0; op < g.out_pixels; ++op)
               scatter(n, op, ch, window_box(g, op));
+        if constexpr (Relu)
+          for (std::int64_t i = n0 * image; i < n1 * image; ++i) dx[i] = dx[i] * T(x[i] > T(0));
       },
       1);
 }
@@ -527,6 +541,8 @@ void register_cpu_pool(Backend& b) {
   b.set(Op::MaxPoolGrad, DType::float64, &pool_grad_kernel<double, true>);
   b.set(Op::AvgPoolGrad, DType::float32, &pool_grad_kernel<float, false>);
   b.set(Op::AvgPoolGrad, DType::float64, &pool_grad_kernel<double, false>);
+  b.set(Op::MaxPoolReluGrad, DType::float32, &pool_grad_kernel<float, true, true>);
+  b.set(Op::MaxPoolReluGrad, DType::float64, &pool_grad_kernel<double, true, true>);
   b.set(Op::MaxPoolGradGrad, DType::float32, &max_pool_grad_grad_kernel<float>);
   b.set(Op::MaxPoolGradGrad, DType::float64, &max_pool_grad_grad_kernel<double>);
 }

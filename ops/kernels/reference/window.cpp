@@ -172,8 +172,9 @@ void pool_kernel(const KernelCall& c) {
 }
 
 // MaxPoolGrad(x, dy) -> dx: each window's dy goes to its argmax.
+// MaxPoolReluGrad(x, dy) -> dx: MaxPoolGrad's dx times (x > 0), as relu's gradient multiplies.
 // AvgPoolGrad(dy, like) -> dx: each window's dy is shared by its cells inside the input.
-template <class T, bool Max>
+template <class T, bool Max, bool Relu = false>
 void pool_grad_kernel(const KernelCall& c) {
   using C = Compute<T>;
   const ArrayRef& dy_ref = Max ? c.in[1] : c.in[0];
@@ -197,7 +198,9 @@ void pool_grad_kernel(const KernelCall& c) {
             s += gv / static_cast<C>(count);
           }
         }
-        dx[at(g, n, ip, ch, g.in_pixels, g.cx)] = static_cast<T>(s);
+        const std::int64_t i = at(g, n, ip, ch, g.in_pixels, g.cx);
+        dx[i] = static_cast<T>(s);
+        if constexpr (Relu) dx[i] = dx[i] * T(x[i] > T(0));
       }
 }
 
@@ -254,6 +257,7 @@ void reg(Backend& b, TypeList<Ts...>) {
   (b.set(Op::MaxPoolGrad, dtype_of<Ts>, &pool_grad_kernel<Ts, true>), ...);
   (b.set(Op::AvgPoolGrad, dtype_of<Ts>, &pool_grad_kernel<Ts, false>), ...);
   (b.set(Op::MaxPoolGradGrad, dtype_of<Ts>, &max_pool_grad_grad_kernel<Ts>), ...);
+  (b.set(Op::MaxPoolReluGrad, dtype_of<Ts>, &pool_grad_kernel<Ts, true, true>), ...);
 }
 
 template <class... Ts>
