@@ -402,6 +402,101 @@ std::vector<OpRow> conv_rows() {
                (void)K::local_conv2d(ph({1, 4, 4, 2}), ph({4, 8, 2}), {2, 2}, {2, 2}, {3, 2});
              });
 
+  // A thin conv layer's bias and relu, relu(bias_add(conv(x, k), b)), are one op (ConvBiasRelu)
+  // for a bias along the channels of a channels_last conv whose window cells x input channels
+  // are at most 16 (a first layer): the product with 35 filters (a register block and a tail),
+  // SAME padding with strides and a (1, 1, C) bias, conv1d. Not fused, and checked here too: a
+  // wider conv (GEMM tiles), a depthwise conv, a bias over every position (H, W, C), and
+  // channels_first.
+  auto bias_relu = [](const naive::Arr& y, const naive::Arr& b, bool first) {
+    naive::Arr r = y;
+    const std::int64_t ch = first ? y.shape[1] : y.shape.back();
+    std::int64_t inner = 1;
+    if (first)
+      for (std::size_t d = 2; d < y.shape.size(); ++d) inner *= y.shape[d];
+    for (std::size_t i = 0; i < r.v.size(); ++i) {
+      const auto c =
+          first ? static_cast<std::int64_t>(i) / inner % ch : static_cast<std::int64_t>(i) % ch;
+      const double v = r.v[i] + b.v[static_cast<std::size_t>(c)];
+      r.v[i] = v > 0 ? v : 0;
+    }
+    return r;
+  };
+  t.op("conv2d_bias_relu_grad",
+       [](const V& x) { return K::relu(K::bias_add(K::conv2d(x[0], x[1]), x[2])); },
+       {g.normal({2, 5, 4, 3}), g.normal({3, 2, 3, 4}), g.normal({4})})
+
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::conv(in[0], in[1], {}), in[2], false);
+      });
+  t.op("conv2d_thin_bias_relu_grad",
+       [](const V& x) {
+         return K::relu(K::bias_add(K::conv2d(x[0], x[1], {.padding = "same"}), x[2]));
+       },
+       {g.normal({2, 6, 5, 1}), g.normal({3, 3, 1, 35}), g.normal({35})})
+      .error("bias_channels", Err::Value,
+             "K::bias_add: bias of shape (5,) has 5 channels but x of shape (2, 3, 3, 4) has 4",
+             [] {
+               (void)K::relu(K::bias_add(K::conv2d(ph({2, 5, 4, 3}), ph({3, 2, 3, 4})), ph({5})));
+             })
+      .error("kernel_channels", Err::Value,
+             "K::conv2d: input of shape (2, 5, 4, 3) has 3 channels but the kernel of shape (3, 2, "
+             "2, 4) expects 2",
+             [] {
+               (void)K::relu(K::bias_add(K::conv2d(ph({2, 5, 4, 3}), ph({3, 2, 2, 4})), ph({4})));
+             })
+      .second_order()
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::conv(in[0], in[1], {.padding = "same"}), in[2], false);
+      });
+  t.op("conv2d_same_stride2_bias_relu_grad",
+       [same2](const V& x) { return K::relu(K::bias_add(K::conv2d(x[0], x[1], same2), x[2])); },
+       {g.normal({2, 5, 6, 1}), g.normal({3, 3, 1, 3}), g.normal({1, 1, 3})})
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::conv(in[0], in[1], {.strides = {2, 2}, .padding = "same"}), in[2],
+                         false);
+      });
+  t.op("conv1d_bias_relu_grad",
+       [](const V& x) { return K::relu(K::bias_add(K::conv1d(x[0], x[1]), x[2])); },
+       {g.normal({2, 6, 3}), g.normal({3, 3, 2}), g.normal({2})})
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::conv(in[0], in[1], {}), in[2], false);
+      });
+  t.op("depthwise_conv2d_bias_relu_grad",
+       [](const V& x) { return K::relu(K::bias_add(K::depthwise_conv2d(x[0], x[1]), x[2])); },
+       {g.normal({2, 5, 5, 2}), g.normal({3, 3, 2, 2}), g.normal({4})})
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::depthwise(in[0], in[1], {}), in[2], false);
+      });
+  t.op("conv2d_positional_bias_relu_grad",
+       [](const V& x) { return K::relu(K::bias_add(K::conv2d(x[0], x[1]), x[2])); },
+       {g.normal({2, 5, 4, 3}), g.normal({3, 2, 3, 4}), g.normal({3, 3, 4})})
+      .no_unknown_dims()
+      .formula([](const In& in) {
+        naive::Arr r = naive::conv(in[0], in[1], {});
+        const naive::Arr& b = in[2];
+        for (std::size_t i = 0; i < r.v.size(); ++i) {
+          const double v = r.v[i] + b.v[i % b.v.size()];
+          r.v[i] = v > 0 ? v : 0;
+        }
+        return r;
+      });
+  t.op("conv2d_cf_bias_relu_grad",
+       [](const V& x) {
+         return K::relu(K::bias_add(K::conv2d(x[0], x[1], {.data_format = "channels_first"}), x[2],
+                                    "channels_first"));
+       },
+       {g.normal({2, 3, 5, 4}), g.normal({3, 2, 3, 4}), g.normal({4})})
+      .no_unknown_dims()
+      .formula([bias_relu](const In& in) {
+        return bias_relu(naive::conv(in[0], in[1], {.channels_first = true}), in[2], true);
+      });
+
   // Gradients (float64, every float input) and cpu-vs-reference parity on random inputs.
   t.op("conv1d_valid_grad", [](const V& x) { return K::conv1d(x[0], x[1]); },
        {g.normal({2, 6, 3}), g.normal({3, 3, 2})})
