@@ -28,7 +28,7 @@
   X(SparseTensor) X(SparseToDense) X(SparseDenseMatMul) X(SparseConcatIndices)              \
   X(DenseIndices) X(ShapeCarrier) X(SparseGather)                                           \
   /* sliding windows (ops/conv, ops/pool) and padding (ops/image) */                       \
-  X(Conv) X(ConvBiasRelu) X(ConvBackpropInput) X(ConvBackpropFilter) X(Pool) X(MaxPoolGrad)  \
+  X(Conv) X(ConvBackpropInput) X(ConvBackpropFilter) X(Pool) X(MaxPoolGrad)                 \
   X(MaxPoolGradGrad) X(MaxPoolReluGrad) X(AvgPoolGrad) X(Pad)                              \
   /* state */                                                                               \
   X(Assign) X(Group)                                                                        \

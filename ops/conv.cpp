@@ -1,6 +1,5 @@
 #include "ops/conv.hpp"
 
-#include <limits>
 #include <string>
 
 #include "engine/config.hpp"
@@ -10,7 +9,6 @@
 #include "ops/kernels/window.hpp"
 #include "ops/layout.hpp"
 #include "ops/op_util.hpp"
-#include "ops/pool.hpp"
 #include "ops/reductions.hpp"
 #include "ops/window_shape.hpp"
 
@@ -96,7 +94,6 @@ Prepared conv_prepare(const PrepareArgs& a) {
   const Shape* ys;
   switch (n.op) {
     case Op::Conv:
-    case Op::ConvBiasRelu:
       p.shape = conv_rule(n, a.in_shapes);
       pass = kernels::ConvPass::kForward, xs = &a.in_shapes[0], ys = &p.shape;
       break;
@@ -131,17 +128,6 @@ G conv_grad(const Node& n, const Tensor&, const Tensor& g) {
   const Tensor& w = n.inputs[1];
   return {conv_node(Op::ConvBackpropInput, {g, w, x}, n.attrs),
           conv_node(Op::ConvBackpropFilter, {x, g}, n.attrs)};
-}
-// ConvBiasRelu(x, k, b) = relu(conv(x, k) + b): relu's gradient (one op with a max pool's
-// gradient of the output, as relu's own), then conv's and the bias's.
-G conv_bias_relu_grad(const Node& n, const Tensor& y, const Tensor& g) {
-  Tensor dz = ops::max_pool_relu_grad(y, g);
-  if (!dz.defined())
-    dz = make_node(Op::ReluGrad, {y, g},
-                   attrs::Relu::make(0, std::numeric_limits<double>::infinity(), 0), g.dtype());
-  G r = conv_grad(n, y, dz);
-  r.push_back(make_node(Op::SumToLike, {dz, n.inputs[2]}, {}, dz.dtype()));
-  return r;
 }
 // dx = B(dy, w) is linear in dy and in w: <h, B(dy, w)> = <conv(h, w), dy> = <F(h, dy), w>.
 G conv_backprop_input_grad(const Node& n, const Tensor&, const Tensor& h) {
@@ -425,44 +411,9 @@ Tensor local_conv2d(const Tensor& inputs, const Tensor& kernel,
 
 namespace ktape::ops {
 
-Tensor conv_bias_relu(const Tensor& z) {
-  if (!z.defined() || z.node().op != Op::Add) return {};
-  const Node& add = z.node();
-  for (int side = 0; side < 2; ++side) {
-    const Tensor& c = add.inputs[static_cast<std::size_t>(side)];
-    const Tensor& b = add.inputs[static_cast<std::size_t>(1 - side)];
-    if (c.node().op != Op::Conv || b.dtype() != c.dtype()) continue;
-    const auto w = attrs::Window::of(c.node().attrs);
-    const Shape& cs = c.shape();
-    const Shape& bs = b.shape();
-    const std::int64_t ch = cs[cs.ndim() - 1];
-    if (w.channels_first || ch < 0 || bs.ndim() < 1 || bs.ndim() > cs.ndim() ||
-        bs[bs.ndim() - 1] != ch)
-      continue;
-    bool along_channels = true;  // every other dim of b is 1
-    for (int d = 0; d + 1 < bs.ndim(); ++d) along_channels = along_channels && bs[d] == 1;
-    if (!along_channels) continue;
-    const Node& conv = c.node();
-    // Only a thin conv (a first layer: window cells x input channels <= kDirectCols, one
-    // group), whose cpu kernel sums each output row in registers and applies bias and relu
-    // there. Applied to GEMM tiles as each came out (CNN layer 2), they made the ops that read
-    // the result slower (a /tmp program at batch 128: the max-pool after it 136-159 -> 227-250
-    // us, its gradient 285-297 -> 373-415 us), and applied after all tiles they saved nothing:
-    // there the separate pass stays.
-    const Shape& ks = conv.inputs[1].shape();
-    std::int64_t cols = 1;
-    for (int d = 0; d + 1 < ks.ndim(); ++d) cols *= ks[d];
-    if (w.groups != 1 || cols <= 0 || cols > kernels::kDirectCols) continue;
-    return make_node(Op::ConvBiasRelu, {conv.inputs[0], conv.inputs[1], b}, conv.attrs, c.dtype());
-  }
-  return {};
-}
-
 void register_conv_ops() {
   using namespace ktape::backend;
   define_op(Op::Conv, {.shape = &conv_rule, .grad = &conv_grad, .prepare = &conv_prepare});
-  define_op(Op::ConvBiasRelu,
-            {.shape = &conv_rule, .grad = &conv_bias_relu_grad, .prepare = &conv_prepare});
   define_op(Op::ConvBackpropInput, {.shape = &conv_backprop_input_rule,
                                     .grad = &conv_backprop_input_grad,
                                     .prepare = &conv_prepare});

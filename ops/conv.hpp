@@ -73,16 +73,3 @@ Tensor local_conv2d(const Tensor& inputs, const Tensor& kernel,
                     const std::optional<std::string>& data_format = {});
 
 }  // namespace ktape::backend
-
-namespace ktape::ops {
-
-/// relu(z) for z = conv(x, k) + b, a thin conv (one group, window cells x input channels <= 16:
-/// a first layer) with b a bias along its channels (channels_last, b of shape (C,) or
-/// (1, ..., 1, C)): one ConvBiasRelu(x, k, b), whose cpu kernel adds the bias and applies relu
-/// to each output row in registers, instead of a pass of its own over the whole output (CNN
-/// layer 1 at batch 128: 11 MB written and read back). The same values as the three ops.
-/// Undefined for any other z. (A graph that also reads z or the conv itself computes the conv
-/// for those too.)
-Tensor conv_bias_relu(const Tensor& z);
-
-}  // namespace ktape::ops

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <limits>
 
-#include "ops/conv.hpp"
 #include "ops/core.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/kernels/attrs.hpp"
@@ -115,9 +114,6 @@ Shape dropout_mask_rule(const Node& n, const std::vector<Shape>& in) {
 Tensor relu(const Tensor& x, const ReluOptions& o) {
   ops::check_float("K::relu", "x", x);
   if (o.max_value && std::isnan(*o.max_value)) throw ValueError("K::relu: max_value is NaN");
-  // A conv layer's bias and relu: one op with the conv (ops::conv_bias_relu).
-  if (o.alpha == 0 && !o.max_value && o.threshold == 0)
-    if (Tensor fused = ops::conv_bias_relu(x); fused.defined()) return fused;
   return make_node(
       Op::Relu, {x},
       attrs::Relu::make(o.alpha,

@@ -465,66 +465,6 @@ TEST(Pooling, ReluThenMaxPoolGradientIsOneOpWithTheBitsOfTwo) {
     }
 }
 
-// A thin conv layer's bias and relu (a first layer: window cells x input channels <= 16) are
-// one op with the conv, ConvBiasRelu, whose cpu kernel applies them to each output row in
-// registers: it must give the bits of Relu(Add(Conv, b)) built by hand, on both backends. The
-// CNN's first layer, SAME padding with strides and a (1, 1, C) bias, 3 input channels (27
-// columns: GEMM tiles, not fused, as the CNN's second layer, but the op still serves such a
-// conv when built by hand); x holds NaNs and infinities;
-// float32 and float64. A bias over every position is not a bias along the channels: no
-// ConvBiasRelu then.
-TEST(ConvForward, BiasAndReluAreOneOpWithTheBitsOfThree) {
-  struct Case {
-    Shape x, k;
-    K::ConvOptions o;
-    bool full_bias, fused;
-  };
-  const Case cases[] = {
-      {{3, 28, 28, 1}, {3, 3, 1, 32}, {}, false, true},
-      {{2, 9, 11, 1}, {3, 3, 1, 35}, {.strides = {2, 2}, .padding = "same"}, true, true},
-      {{3, 13, 13, 3}, {3, 3, 3, 64}, {}, false, false}};
-  const double inf = std::numeric_limits<double>::infinity();
-  int seed = 0;
-  for (const Case& c : cases)
-    for (DType dt : {DType::float32, DType::float64}) {
-      const std::string dn(ktape::dtype_name(dt));
-      const std::int64_t ch = c.k[3];
-      const Shape bs = c.full_bias ? Shape{1, 1, ch} : Shape{ch};
-      NDArray xv = normal(c.x, 100 + seed).astype(dt), kv = normal(c.k, 200 + seed).astype(dt),
-              bv = normal(bs, 300 + seed).astype(dt);
-      ++seed;
-      xv.set_item(5, std::nan(""));
-      xv.set_item(xv.size() - 7, inf);
-      xv.set_item(xv.size() / 2, -inf);
-      auto x = K::placeholder(c.x, {.dtype = dn});
-      auto k = K::placeholder(c.k, {.dtype = dn});
-      auto b = K::placeholder(bs, {.dtype = dn});
-      const Tensor conv = K::conv2d(x, k, c.o);
-      Tensor one = K::relu(K::bias_add(conv, b));
-      ASSERT_EQ(one.node().op, c.fused ? ktape::Op::ConvBiasRelu : ktape::Op::Relu)
-          << c.x.str() << " " << dn;
-      // A ConvBiasRelu over GEMM tiles (built by hand) applies them after the conv.
-      if (!c.fused)
-        one = ktape::make_node(ktape::Op::ConvBiasRelu, {x, k, b}, conv.node().attrs, dt);
-      const Tensor three = ktape::make_node(ktape::Op::Relu, {K::bias_add(K::conv2d(x, k, c.o), b)},
-                                            ktape::attrs::Relu::make(0, inf, 0), dt);
-      for (const std::string backend : {"cpu", "reference"}) {
-        const auto r = K::function({x, k, b}, {one, three}, {}, {.backend = backend})({xv, kv, bv});
-        for (std::int64_t i = 0; i < r[0].size(); ++i) {
-          const double u = r[0].item(i), v = r[1].item(i);
-          const bool same =
-              (std::isnan(u) && std::isnan(v)) || (u == v && std::signbit(u) == std::signbit(v));
-          ASSERT_TRUE(same) << c.x.str() << " " << dn << " " << backend << " element " << i << ": "
-                            << u << " vs " << v;
-        }
-      }
-    }
-  auto x = K::placeholder({2, 5, 5, 3});
-  auto k = K::placeholder({3, 3, 3, 4});
-  EXPECT_EQ(K::relu(K::bias_add(K::conv2d(x, k), K::placeholder({3, 3, 4}))).node().op,
-            ktape::Op::Relu);
-}
-
 // data_format unset means image_data_format(), read when the op is built.
 TEST(ConvForward, DataFormatDefaultsToTheConfiguredOne) {
   const std::string saved = K::image_data_format();

@@ -42,10 +42,6 @@ struct ConvPlan {
 // Whether the GEMM path serves this geometry (one group); other groupings run a direct loop.
 inline bool conv_uses_gemm(const WindowDims& g) { return g.groups == 1; }
 
-// A channels_last forward product with at most this many columns (window cells x input
-// channels: a first layer) skips the GEMM: the cpu kernel sums each output row in registers.
-constexpr std::int64_t kDirectCols = 16;
-
 inline std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
 
 // The smallest batch whose channels_last input gradient scatters (ConvPlan::scatter).

@@ -278,20 +278,14 @@ void scatter_tile(const WindowDims& g, const T* tile, std::int64_t rows, std::in
   }
 }
 
-// relu(v + b), as the elementwise pass after a conv computes it (AddF, then ReluPlainF): the
-// same bits.
-template <class T>
-T bias_relu(T v, T b) {
-  const T z = v + b;
-  return z <= T(0) ? T(0) : z;
-}
+// Products with at most this many columns (window cells x input channels) skip the GEMM.
+constexpr std::int64_t kDirectCols = 16;
 
-// out[tile] = col . M for rows [p0, p0 + rows) of image n of an array with layout ol. `bias`
-// (non-null only for a thin product, see conv_bias_relu_kernel): relu(out + bias) instead.
+// out[tile] = col . M for rows [p0, p0 + rows) of image n of an array with layout ol.
 template <class T>
 void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m,
                   std::int64_t out_cols, T* out, const Layout& ol, std::int64_t n, std::int64_t p0,
-                  void* gemm_scratch, std::size_t gemm_bytes, const T* bias = nullptr) {
+                  void* gemm_scratch, std::size_t gemm_bytes) {
   T* base = out + ol.image(n);
   if (cols == 0) {  // no input channels: the sums are empty
     for (std::int64_t r = 0; r < rows; ++r)
@@ -311,14 +305,12 @@ void tile_product(const T* col, std::int64_t rows, std::int64_t cols, const T* m
         Block acc = a[0] * Eigen::Map<const Block>(m + o0);
         for (std::int64_t j = 1; j < cols; ++j)
           acc.noalias() += a[j] * Eigen::Map<const Block>(m + j * out_cols + o0);
-        if (bias)
-          for (std::int64_t o = 0; o < kBlock; ++o) acc[o] = bias_relu(acc[o], bias[o0 + o]);
         Eigen::Map<Block>(y + o0) = acc;
       }
       for (std::int64_t o = o0; o < out_cols; ++o) {
         T v = 0;
         for (std::int64_t j = 0; j < cols; ++j) v += a[j] * m[j * out_cols + o];
-        y[o] = bias ? bias_relu(v, bias[o]) : v;
+        y[o] = v;
       }
     }
   } else {
@@ -367,11 +359,9 @@ void thin_filter(const T* col, std::int64_t cols, const T* dy, std::int64_t rows
   thin_filter_tile<T, C>(col, dy, rows, out_cols, acc);
 }
 
-// The tiles of a pass; `bias`: the thin forward product's rows get relu(y + bias) in registers
-// (ConvBiasRelu).
 template <class T>
 void run_tiles(const ConvPlan& p, char* scratch, bool backward, const WindowDims& g, const T* src,
-               const Layout& sl, const T* m, T* out, const Layout& ol, const T* bias = nullptr) {
+               const Layout& sl, const T* m, T* out, const Layout& ol) {
   parallel_slots(p.slots, [&](std::int64_t slot) {
     T* col = reinterpret_cast<T*>(scratch + p.shared_bytes +
                                   static_cast<std::size_t>(slot) * p.slot_bytes);
@@ -382,7 +372,7 @@ void run_tiles(const ConvPlan& p, char* scratch, bool backward, const WindowDims
       const std::int64_t rows = std::min(p.rows, ol.pixels - p0);
       gather(g, backward, src, sl, n, p0, rows, col);
       tile_product(col, rows, p.cols, m, p.out_cols, out, ol, n, p0,
-                   reinterpret_cast<char*>(col) + p.gemm_offset, p.gemm_bytes, bias);
+                   reinterpret_cast<char*>(col) + p.gemm_offset, p.gemm_bytes);
     }
   });
 }
@@ -491,27 +481,6 @@ void conv_kernel(const KernelCall& c) {
   const ConvPlan p = conv_plan(ConvPass::kForward, g, sizeof(T));
   run_tiles(p, static_cast<char*>(c.scratch), false, g, x, Layout{g.cf, g.in_pixels, g.cx}, w, y,
             Layout{g.cf, g.out_pixels, g.cy});
-}
-
-// ConvBiasRelu(x, k, b) -> relu(conv(x, k) + b) (ops::conv_bias_relu builds it for thin,
-// channels_last convs): the thin product applies bias and relu to each output row in registers;
-// any other conv does so over its whole output afterwards.
-template <class T>
-void conv_bias_relu_kernel(const KernelCall& c) {
-  const WindowDims g = window_dims(attrs::Window::of(*c.attrs), c.in[0], c.out);
-  const T* x = ptr<T>(c.in[0]);
-  const T* w = ptr<T>(c.in[1]);
-  const T* b = ptr<T>(c.in[2]);
-  T* y = ptr<T>(c.out);
-  if (!g.cf && conv_uses_gemm(g) && c.scratch) {
-    const ConvPlan p = conv_plan(ConvPass::kForward, g, sizeof(T));
-    if (p.cols > 0 && p.cols <= kDirectCols)
-      return run_tiles(p, static_cast<char*>(c.scratch), false, g, x,
-                       Layout{g.cf, g.in_pixels, g.cx}, w, y, Layout{g.cf, g.out_pixels, g.cy}, b);
-  }
-  conv_kernel<T>(c);
-  for (std::int64_t i = 0; i < c.out.size; ++i)
-    y[i] = bias_relu(y[i], b[g.cf ? i / g.out_pixels % g.cy : i % g.cy]);
 }
 
 template <class T>
@@ -631,7 +600,6 @@ template <class T>
 void reg(Backend& b) {
   const DType dt = dtype_of<T>;
   b.set(Op::Conv, dt, &conv_kernel<T>);
-  b.set(Op::ConvBiasRelu, dt, &conv_bias_relu_kernel<T>);
   b.set(Op::ConvBackpropInput, dt, &conv_backprop_input_kernel<T>);
   b.set(Op::ConvBackpropFilter, dt, &conv_backprop_filter_kernel<T>);
 }

@@ -75,20 +75,6 @@ void conv_kernel(const KernelCall& c) {
       }
 }
 
-// ConvBiasRelu(x, k, b) -> relu(conv(x, k) + b), channels_last: the conv, then each value plus
-// its channel's bias (in T, as an Add of the two), then relu.
-template <class T>
-void conv_bias_relu_kernel(const KernelCall& c) {
-  conv_kernel<T>(c);
-  const T* b = ptr<T>(c.in[2]);
-  T* y = ptr<T>(c.out);
-  const std::int64_t ch = c.out.dims[c.out.ndim - 1];
-  for (std::int64_t i = 0; i < c.out.size; ++i) {
-    const T v = y[i] + b[i % ch];
-    y[i] = v <= T(0) ? T(0) : v;
-  }
-}
-
 // ConvBackpropInput(dy, w[, like]) -> dx: dx at input pixel i sums dy * w over the (output
 // pixel, kernel position) pairs that read i.
 template <class T>
@@ -265,7 +251,6 @@ struct TypeList {};
 template <class... Ts>
 void reg(Backend& b, TypeList<Ts...>) {
   (b.set(Op::Conv, dtype_of<Ts>, &conv_kernel<Ts>), ...);
-  (b.set(Op::ConvBiasRelu, dtype_of<Ts>, &conv_bias_relu_kernel<Ts>), ...);
   (b.set(Op::ConvBackpropInput, dtype_of<Ts>, &conv_backprop_input_kernel<Ts>), ...);
   (b.set(Op::ConvBackpropFilter, dtype_of<Ts>, &conv_backprop_filter_kernel<Ts>), ...);
   (b.set(Op::Pool, dtype_of<Ts>, &pool_kernel<Ts>), ...);
