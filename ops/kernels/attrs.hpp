@@ -192,9 +192,9 @@ struct ScanPart {
 };
 
 // The sliding-window ops (Conv, ConvBackpropInput, ConvBackpropFilter, Pool, MaxPoolGrad,
-// MaxPoolGradGrad, AvgPoolGrad): `rank` spatial dims (1 to 3) laid out (N, S..., C), or
-// (N, C, S...) when channels_first. Conv: input channels split in `groups` (a depthwise conv has
-// one input channel per group), kernel (window..., in / groups, out). Padding kValid, kSame (TF
+// MaxPoolReluGrad, MaxPoolGradGrad, AvgPoolGrad): `rank` spatial dims (1 to 3) laid out (N, S...,
+// C), or (N, C, S...) when channels_first. Conv: input channels split in `groups` (a depthwise conv
+// has one input channel per group), kernel (window..., in / groups, out). Padding kValid, kSame (TF
 // SAME: out = ceil(in / stride), the odd cell at the end) or kExplicit (pad_before/pad_after:
 // causal conv1d). Pool: mode kMax / kAvg (avg counts only cells inside the input).
 // out_spatial: the spatial dims of a ConvBackpropInput that has no shape donor (transposed conv),
