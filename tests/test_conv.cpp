@@ -49,6 +49,29 @@ NDArray run(const Fn& f, const std::vector<NDArray>& inputs, const std::string& 
 
 using ktape::testing_util::error_of;
 
+// Values that test the edge cases of max and of relu: `nan` % each of NaN and -NaN, 2 % each of
+// +inf and -inf, `zero` % each of +0 and -0, the rest in {-2, ..., 2} (so windows hold ties).
+NDArray awkward(const Shape& s, DType dt, std::uint32_t seed, unsigned nan, unsigned zero) {
+  std::mt19937 gen(seed);
+  NDArray a(s, dt);
+  for (std::int64_t i = 0; i < a.size(); ++i) {
+    const unsigned r = gen() % 100;
+    const unsigned inf = 2 * nan + 2;
+    a.set_item(i, r < nan              ? std::nan("")
+                  : r < 2 * nan        ? -std::nan("")
+                  : r < inf            ? (r % 2 ? -HUGE_VAL : HUGE_VAL)
+                  : r < inf + zero     ? 0.0
+                  : r < inf + 2 * zero ? -0.0
+                                       : static_cast<double>(r % 5) - 2.0);
+  }
+  return a;
+}
+// Every fifth value -0 (a gradient's -0 must reach dx as 0 + -0).
+NDArray with_negative_zeros(NDArray a) {
+  for (std::int64_t i = 0; i < a.size(); i += 5) a.set_item(i, -0.0);
+  return a;
+}
+
 // <conv(y, k), x> == <y, conv_transpose(x, k)> for every configuration: the transpose is the
 // adjoint of the forward conv.
 TEST(ConvForward, TransposeIsTheAdjointOfConv) {
@@ -362,20 +385,8 @@ TEST(Pooling, ChannelsLastWindowsInsideTheInputMatchTheReferenceBitForBit) {
                                  " " + std::string(ktape::dtype_name(dt));
         const Shape xs{3, c.h, c.w, c.ch};
         // Few distinct values, so windows hold ties; many windows hold two NaNs.
-        std::mt19937 gen(static_cast<std::uint32_t>(c.h * 100 + c.w));
-        NDArray xv(xs, dt);
-        for (std::int64_t i = 0; i < xv.size(); ++i) {
-          const unsigned r = gen() % 100;
-          xv.set_item(i, r < 6    ? std::nan("")
-                         : r < 12 ? -std::nan("")
-                         : r < 14 ? HUGE_VAL
-                         : r < 16 ? -HUGE_VAL
-                         : r < 36 ? 0.0
-                         : r < 56 ? -0.0
-                                  : static_cast<double>(r % 5) - 2.0);
-        }
-        NDArray wv = normal(Shape{3, oh, ow, c.ch}, 7).astype(dt);
-        for (std::int64_t i = 0; i < wv.size(); i += 5) wv.set_item(i, -0.0);
+        const NDArray xv = awkward(xs, dt, static_cast<std::uint32_t>(c.h * 100 + c.w), 6, 20);
+        const NDArray wv = with_negative_zeros(normal(Shape{3, oh, ow, c.ch}, 7).astype(dt));
         const std::string dn(ktape::dtype_name(dt));
         auto x = K::placeholder(xs, {.dtype = dn});
         auto w = K::placeholder(wv.shape(), {.dtype = dn});
@@ -424,20 +435,8 @@ TEST(Pooling, ReluThenMaxPoolGradientIsOneOpWithTheBitsOfTwo) {
       const std::string what =
           std::to_string(c.h) + " k" + std::to_string(c.k) + " s" + std::to_string(c.s) + " " + dn;
       const Shape xs{2, c.h, c.w, 32};
-      std::mt19937 gen(static_cast<std::uint32_t>(c.h * 10 + c.k));
-      NDArray xv(xs, dt);
-      for (std::int64_t i = 0; i < xv.size(); ++i) {
-        const unsigned r = gen() % 100;
-        xv.set_item(i, r < 4    ? std::nan("")
-                       : r < 8  ? -std::nan("")
-                       : r < 10 ? HUGE_VAL
-                       : r < 12 ? -HUGE_VAL
-                       : r < 27 ? 0.0
-                       : r < 42 ? -0.0
-                                : static_cast<double>(r % 5) - 2.0);
-      }
-      NDArray wv = normal(Shape{2, o, o, 32}, 11).astype(dt);
-      for (std::int64_t i = 0; i < wv.size(); i += 5) wv.set_item(i, -0.0);
+      const NDArray xv = awkward(xs, dt, static_cast<std::uint32_t>(c.h * 10 + c.k), 4, 15);
+      const NDArray wv = with_negative_zeros(normal(Shape{2, o, o, 32}, 11).astype(dt));
       auto x = K::placeholder(unknown_batch ? Shape{K::None, c.h, c.w, 32} : xs, {.dtype = dn});
       auto w = K::placeholder(unknown_batch ? Shape{K::None, o, o, 32} : wv.shape(), {.dtype = dn});
       auto p = K::pool2d(K::relu(x), {c.k, c.k}, {.strides = {c.s, c.s}});
