@@ -6,7 +6,8 @@
 // lie inside the input (valid padding) run register-blocked loops, and MaxPoolGrad over such
 // windows that share no cell (the window no larger than the stride: pool 2, stride 2) writes
 // each cell of dx once instead of scattering adds into a zeroed dx (zeroed first only when some
-// cells lie outside every window); both give the general loops' bits.
+// cells lie outside every window); both give the general loops' bits. MaxPoolReluGrad is
+// MaxPoolGrad times (x > 0) (relu's gradient of it, x relu's output), in the same passes.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
