@@ -3,7 +3,8 @@
 //   (lr 0.01) of conv 32 (3x3, valid) relu
 //     -> max-pool 2 -> conv 64 (3x3) relu -> max-pool 2 -> dense 128 relu -> dense 10 softmax
 //     (no dropout, as BM_TorchCnnStep), channels_last, sparse categorical crossentropy
-//   BM_Pool2d/<layer 1|2>/<0 forward, 1 gradient>/<batch>: the CNN's two max-pools alone
+//   BM_Pool2d/<layer 1|2>/<0 forward, 1 gradient, 2 gradient through relu>/<batch>: the CNN's
+//     two max-pools alone
 //   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>/<0 default
 //     GEMM (BLIS), 1 Eigen's>: the
 //     CNN's layer shapes (1: 28x28x1 -> 26x26x32, 2: 13x13x32 -> 11x11x64), FLOP/s counters;
@@ -96,18 +97,21 @@ BENCHMARK(BM_Conv2d)
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 
-// BM_Pool2d/<layer 1|2>/<0 forward, 1 gradient (MaxPoolGrad)>/<batch>: the CNN's max-pools
-// (2x2, stride 2, channels_last) on 26x26x32 and 11x11x64 inputs of distinct-ish values.
+// BM_Pool2d/<layer 1|2>/<pass>/<batch>: the CNN's max-pools (2x2, stride 2, channels_last) on
+// 26x26x32 and 11x11x64 inputs of distinct-ish values. Pass 0: forward; 1: its gradient
+// (MaxPoolGrad); 2: the gradient for x of pool(relu(x)), half of x negative (relu's gradient and
+// the pool's, one MaxPoolReluGrad; the relu itself runs too).
 void BM_Pool2d(benchmark::State& state) {
   const int layer = static_cast<int>(state.range(0));
-  const bool grad = state.range(1) != 0;
+  const int pass = static_cast<int>(state.range(1));
+  const bool grad = pass != 0;
   const auto batch = state.range(2);
   const std::int64_t hw = layer == 1 ? 26 : 11, ch = layer == 1 ? 32 : 64, out = hw / 2;
   NDArray xv(Shape{batch, hw, hw, ch}, ktape::DType::float32);
   for (std::int64_t i = 0; i < xv.size(); ++i)
-    xv.set_item(i, static_cast<double>((i * 7919) % 1000));
+    xv.set_item(i, static_cast<double>((i * 7919) % 1000) - (pass == 2 ? 500.0 : 0.0));
   auto x = K::placeholder({batch, hw, hw, ch});
-  auto y = K::pool2d(x, {2, 2}, {.strides = {2, 2}});
+  auto y = K::pool2d(pass == 2 ? K::relu(x) : x, {2, 2}, {.strides = {2, 2}});
   std::vector<NDArray> ins{xv}, outs;
   ktape::Tensor target = y;
   std::vector<ktape::Tensor> feeds{x};
@@ -120,10 +124,11 @@ void BM_Pool2d(benchmark::State& state) {
   auto f = K::function(feeds, {corner(target)});
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
-  state.SetLabel(std::string("layer ") + std::to_string(layer) + (grad ? " gradient" : " forward"));
+  static const char* passes[] = {" forward", " gradient", " gradient through relu"};
+  state.SetLabel(std::string("layer ") + std::to_string(layer) + passes[pass]);
 }
 BENCHMARK(BM_Pool2d)
-    ->ArgsProduct({{1, 2}, {0, 1}, {32, 128}})
+    ->ArgsProduct({{1, 2}, {0, 1, 2}, {32, 128}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

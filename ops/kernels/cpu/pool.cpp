@@ -18,6 +18,7 @@
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/functors.hpp"
 #include "ops/kernels/window.hpp"
 
 namespace ktape::kernels {
@@ -225,8 +226,8 @@ void max_pool_grad_apart(const WindowDims& g, const T* __restrict img, const T* 
           if constexpr (Relu) {
             const T* src = w0 + at;
             for (std::int64_t j = 0; j < width; ++j)
-              d[j] =
-                  at_cell[j] == static_cast<I>(cell) ? (T(0) + gv[c + j]) * T(src[j] > T(0)) : T(0);
+              d[j] = at_cell[j] == static_cast<I>(cell) ? ReluGradPlainF{}(src[j], T(0) + gv[c + j])
+                                                        : T(0);
           } else {
             for (std::int64_t j = 0; j < width; ++j)
               d[j] = at_cell[j] == static_cast<I>(cell) ? T(0) + gv[c + j] : T(0);
@@ -507,7 +508,8 @@ void pool_grad_kernel(const KernelCall& c) {
             for (std::int64_t op = 0; op < g.out_pixels; ++op)
               scatter(n, op, ch, window_box(g, op));
         if constexpr (Relu)
-          for (std::int64_t i = n0 * image; i < n1 * image; ++i) dx[i] = dx[i] * T(x[i] > T(0));
+          for (std::int64_t i = n0 * image; i < n1 * image; ++i)
+            dx[i] = ReluGradPlainF{}(x[i], dx[i]);
       },
       1);
 }

@@ -172,7 +172,7 @@ void pool_kernel(const KernelCall& c) {
 }
 
 // MaxPoolGrad(x, dy) -> dx: each window's dy goes to its argmax.
-// MaxPoolReluGrad(x, dy) -> dx: MaxPoolGrad's dx times (x > 0), as relu's gradient multiplies.
+// MaxPoolReluGrad(x, dy) -> dx: relu's gradient (ReluGradPlainF: g * (x > 0)) of MaxPoolGrad's dx.
 // AvgPoolGrad(dy, like) -> dx: each window's dy is shared by its cells inside the input.
 template <class T, bool Max, bool Relu = false>
 void pool_grad_kernel(const KernelCall& c) {
@@ -200,7 +200,7 @@ void pool_grad_kernel(const KernelCall& c) {
         }
         const std::int64_t i = at(g, n, ip, ch, g.in_pixels, g.cx);
         dx[i] = static_cast<T>(s);
-        if constexpr (Relu) dx[i] = dx[i] * T(x[i] > T(0));
+        if constexpr (Relu) dx[i] = ReluGradPlainF{}(x[i], dx[i]);
       }
 }
 
