@@ -1,12 +1,12 @@
 // The CNN of examples/fashion_cnn, and its two convolutions alone:
-//   BM_CnnStep/<batch>/<threads, 0 = every core>/<0 default GEMM (BLIS), 1 Eigen's>: one SGD step
-//   (lr 0.01) of conv 32 (3x3, valid) relu
+//   BM_CnnStep/<batch>/<threads, 0 = every core>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's, 2
+//   BLIS's>: one SGD step (lr 0.01) of conv 32 (3x3, valid) relu
 //     -> max-pool 2 -> conv 64 (3x3) relu -> max-pool 2 -> dense 128 relu -> dense 10 softmax
 //     (no dropout, as BM_TorchCnnStep), channels_last, sparse categorical crossentropy
 //   BM_Pool2d/<layer 1|2>/<0 forward, 1 gradient, 2 gradient through relu>/<batch>: the CNN's
 //     two max-pools alone
 //   BM_Conv2d/<layer 1|2>/<pass 0 forward, 1 input gradient, 2 kernel gradient>/<batch>/<0 default
-//     GEMM (BLIS), 1 Eigen's>: the
+//     GEMM (LIBXSMM + BLIS), 1 Eigen's, 2 BLIS's>: the
 //     CNN's layer shapes (1: 28x28x1 -> 26x26x32, 2: 13x13x32 -> 11x11x64), FLOP/s counters;
 //     the Function returns one element of the result rather than a copy of it
 // BM_TorchCnnStep (bench_torch.cpp) is the same step in LibTorch.
@@ -48,7 +48,7 @@ void BM_CnnStep(benchmark::State& state) {
   state.SetLabel(gemm.name() + ", " + ktape::bench::threads_label(state.range(1)));
 }
 BENCHMARK(BM_CnnStep)
-    ->ArgsProduct({{32, 128}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{32, 128}, {1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 
@@ -93,7 +93,7 @@ void BM_Conv2d(benchmark::State& state) {
                  gemm.name());
 }
 BENCHMARK(BM_Conv2d)
-    ->ArgsProduct({{1, 2}, {0, 1, 2}, {128}, {0, 1}})
+    ->ArgsProduct({{1, 2}, {0, 1, 2}, {128}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -1,8 +1,10 @@
 // ktape benchmarks (Google Benchmark). Run: ./build/bench/bench_ktape
-//   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on Eigen's GEMM>/<threads,
+//   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on Eigen's GEMM, 4 cpu on
+//   BLIS's>/<threads,
 //     0 = every core>: one SGD step of the 784-256-128-10 MLP; FLOPS = its GEMM FLOPs / time
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
-//   BM_Gemm/<m>/<k>/<n>/<threads>/<0 default GEMM (BLIS), 1 Eigen's>: MatMul at the MLP's and
+//   BM_Gemm/<m>/<k>/<n>/<threads>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's, 2 BLIS's>: MatMul at
+//   the MLP's and
 //     the LSTM's shapes
 //   BM_GemmSharedB/<0 two products, 1 one joint product>/<threads>: an LSTM loop's weight
 //     gradients h^T dZ and x^T dZ (128 and 28 rows, depth 3584, 512 columns), which share dZ
@@ -43,9 +45,11 @@ namespace {
 
 const char* backend_name(int i) { return i == 1 ? "reference" : "cpu"; }
 
-// Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on Eigen's GEMM.
+// Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on Eigen's GEMM,
+// 4 cpu on BLIS's alone.
 const char* variant_label(int i) {
-  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu eigen-gemm"};
+  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu eigen-gemm",
+                                 "cpu blis-gemm"};
   return labels[i];
 }
 
@@ -54,7 +58,7 @@ void BM_MlpStep(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(1));
   const char* be = backend_name(variant);
   const auto limit = ktape::bench::limit_threads(state.range(2));
-  const ktape::bench::GemmChoice gemm(variant == 3 ? 1 : 0);
+  const ktape::bench::GemmChoice gemm(variant == 3 ? 1 : variant == 4 ? 2 : 0);
   auto x = K::placeholder({K::None, 784});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
@@ -88,7 +92,7 @@ void BM_MlpStep(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_MlpStep)
-    ->ArgsProduct({{32, 128}, {0, 3}, {1, 2}})
+    ->ArgsProduct({{32, 128}, {0, 3, 4}, {1, 2}})
     ->ArgsProduct({{32, 128}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
@@ -125,14 +129,14 @@ void BM_Gemm(benchmark::State& state) {
 // depth parallel_gemm slices (the CNN's dense layer, 128 x 3136 x 128, and one of the shape of
 // an LSTM loop's hoisted weight gradient, 128 x 3584 x 512).
 BENCHMARK(BM_Gemm)
-    ->ArgsProduct({{128}, {784}, {256}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{128}, {256}, {128}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{32}, {784}, {256}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{128}, {128}, {512}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{32}, {128}, {512}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{3584}, {28}, {512}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{128}, {3136}, {128}, {1, 2}, {0, 1}})
-    ->ArgsProduct({{128}, {3584}, {512}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{128}, {784}, {256}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{128}, {256}, {128}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{32}, {784}, {256}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{128}, {128}, {512}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{32}, {128}, {512}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{3584}, {28}, {512}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{128}, {3136}, {128}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{128}, {3584}, {512}, {1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -1,5 +1,5 @@
 // BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph>/<threads, 0 = every
-// core>/<0 default GEMM (BLIS), 1 Eigen's>: one training step
+// core>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's, 2 BLIS's>: one training step
 // (forward, backward, update) of an LSTM classifier, T = 28 steps of F = 28 features, hidden 128,
 // last output -> dense 10 -> softmax -> sparse categorical crossentropy, plain SGD (lr 0.01,
 // K::update_sub) as BM_TorchLstmStep does. FLOPS: the step's GEMM FLOPs (forward x W and h U,
@@ -73,7 +73,7 @@ void BM_LstmStep(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_LstmStep)
-    ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

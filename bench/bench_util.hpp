@@ -44,12 +44,14 @@ inline std::string threads_label(std::int64_t threads) {
                      : "every core";
 }
 
-// Selects the cpu GEMM's serial kernel while the result lives: 0 the default (BLIS when built
-// with it and it has kernels for this CPU), 1 Eigen's. Labels the benchmark with it ("blis skx").
+// Selects the cpu GEMM's serial kernels while the result lives: 0 the default (LIBXSMM's and
+// BLIS's when built with them and they have kernels for this CPU), 1 Eigen's, 2 BLIS's alone.
+// Labels the benchmark with it ("xsmm cpx, blis skx").
 class GemmChoice {
  public:
   explicit GemmChoice(std::int64_t choice) : saved_(kernels::gemm_library()) {
     if (choice == 1) kernels::set_gemm_library(kernels::GemmLibrary::eigen);
+    if (choice == 2) kernels::set_gemm_library(kernels::GemmLibrary::blis);
     name_ = kernels::gemm_kernel_name(kernels::gemm_library());
   }
   ~GemmChoice() { kernels::set_gemm_library(saved_); }

@@ -4,7 +4,7 @@
 #   bash scripts/deps.sh --sanitizers  also clang and its runtimes (ASan/UBSan/libFuzzer builds)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
-      libbenchmark-dev zlib1g-dev libcli11-dev libblis-serial-dev doxygen dataset-fashion-mnist
+      libbenchmark-dev zlib1g-dev libcli11-dev libblis-serial-dev libxsmm-dev doxygen dataset-fashion-mnist
       libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = "--sanitizers" ]; then
   pkgs+=(clang libclang-rt-14-dev)

@@ -7,6 +7,7 @@
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -28,6 +29,7 @@ std::vector<GemmLibrary> libraries() {
   std::vector<GemmLibrary> libs{GemmLibrary::eigen};
   const GemmLibrary saved = ktape::kernels::gemm_library();
   if (ktape::kernels::set_gemm_library(GemmLibrary::blis)) libs.push_back(GemmLibrary::blis);
+  if (ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) libs.push_back(GemmLibrary::xsmm);
   ktape::kernels::set_gemm_library(saved);
   return libs;
 }
@@ -211,27 +213,101 @@ TEST(Gemm, SameBitsAtAnyThreadCount) {
     const UseLibrary use(lib);
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-1, 1);
-    // Deep enough that the depth is cut into slices too (gemm_tiles().chunks > 1).
-    const std::int64_t m = 300, k = 2500, n = 200;
-    ASSERT_GT(ktape::kernels::gemm_tiles(m, n, k).chunks, 1);
-    std::vector<float> a(m * k), b(k * n);
-    for (auto& v : a) v = u(rng);
-    for (auto& v : b) v = u(rng);
-    std::vector<std::vector<float>> results;
-    for (int threads : {1, 2, 16}) {
-      // An arena of that many slots: 16 threads run even on a machine with fewer cores.
-      const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
-                                      static_cast<std::size_t>(threads));
-      tbb::task_arena arena(threads);
-      std::vector<float> c(m * n);
-      arena.execute([&] {
-        ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1},
-                                             {c.data(), n, 1}, false);
-      });
-      results.push_back(c);
+    // Deep enough that the depth is cut into slices too (gemm_tiles().chunks > 1), and shallow
+    // enough for LIBXSMM's tiles (a dozen of them).
+    ASSERT_GT(ktape::kernels::gemm_tiles(300, 200, 2500).chunks, 1);
+    for (const auto& [m, k, n] : {std::array<std::int64_t, 3>{300, 2500, 200},
+                                  std::array<std::int64_t, 3>{300, 700, 200}}) {
+      std::vector<float> a(m * k), b(k * n);
+      for (auto& v : a) v = u(rng);
+      for (auto& v : b) v = u(rng);
+      std::vector<std::vector<float>> results;
+      for (int threads : {1, 2, 16}) {
+        // An arena of that many slots: 16 threads run even on a machine with fewer cores.
+        const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                        static_cast<std::size_t>(threads));
+        tbb::task_arena arena(threads);
+        std::vector<float> c(m * n);
+        arena.execute([&] {
+          ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {b.data(), n, 1},
+                                               {c.data(), n, 1}, false);
+        });
+        results.push_back(c);
+      }
+      const std::string what =
+          std::string(ktape::kernels::gemm_library_name(lib)) + " k " + std::to_string(k);
+      EXPECT_EQ(results[0], results[1]) << what;
+      EXPECT_EQ(results[0], results[2]) << what;
     }
-    EXPECT_EQ(results[0], results[1]) << ktape::kernels::gemm_library_name(lib);
-    EXPECT_EQ(results[0], results[2]) << ktape::kernels::gemm_library_name(lib);
+  }
+}
+
+// LIBXSMM runs the products it takes (a row-major C's B not transposed, a column-major C's A
+// not transposed; depth below 1024) and only those: the others go to BLIS (or Eigen), which the
+// oracle tests above check in every storage order.
+TEST(Gemm, XsmmRunsTheProductsItTakes) {
+  if (!ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) GTEST_SKIP() << "no LIBXSMM here";
+  const UseLibrary use(GemmLibrary::xsmm);
+  struct Case {
+    std::int64_t m, n, k;
+    bool acm, bcm, ccm, taken;
+  };
+  for (const Case& s : {Case{37, 29, 41, false, false, false, true},  // X W
+                        Case{37, 29, 41, true, false, false, true},   // X^T dY (weight gradient)
+                        Case{37, 29, 41, false, true, false, false},  // dY W^T: B transposed
+                        Case{37, 29, 41, true, true, true, true},     // column-major C
+                        Case{37, 29, 41, false, false, true, false},  // ... A row-major
+                        Case{20, 30, 1100, false, false, false, false}}) {
+    for (bool parallel : {false, true}) {
+      const std::uint64_t before = ktape::kernels::gemm_xsmm_tiles();
+      check_product<float>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, false, parallel);
+      check_product<double>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, true, parallel);
+      EXPECT_EQ(ktape::kernels::gemm_xsmm_tiles() > before, s.taken)
+          << s.m << "x" << s.k << "x" << s.n << (s.acm ? " A col" : " A row")
+          << (s.bcm ? " B col" : " B row") << (s.ccm ? " C col" : " C row");
+    }
+  }
+}
+
+TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  for (const Case& s : {Case{128, 256, 784}, Case{128, 128, 256}, Case{128, 512, 128},
+                        Case{32, 512, 128}, Case{3584, 512, 28}, Case{1, 1, 1},
+                        Case{5000, 5000, 500}, Case{128, 10, 128}, Case{64, 4096, 1000}}) {
+    for (bool unit_cols : {true, false})
+      for (std::size_t elem : {std::size_t{4}, std::size_t{8}}) {
+        const auto t = ktape::kernels::xsmm_tiles(s.m, s.n, s.k, unit_cols, elem);
+        const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
+        const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
+                                 std::to_string(s.n) + (unit_cols ? " row-major" : " col-major") +
+                                 " " + std::to_string(elem) + " B: tiles " +
+                                 std::to_string(t.rows) + "x" + std::to_string(t.cols);
+        EXPECT_EQ(t.chunks, 1) << what;
+        EXPECT_TRUE(t.rows >= 32 || t.rows == s.m) << what;
+        EXPECT_TRUE(t.cols >= 32 || t.cols == s.n) << what;
+        EXPECT_LE(t.rows, s.m) << what;
+        EXPECT_LE(t.cols, s.n) << what;
+        const std::int64_t along = unit_cols ? t.cols : t.rows;
+        if (along > 32) {
+          EXPECT_LE(double(along) * double(s.k) * double(elem), 256.0 * 1024) << what;
+        }
+        // A tile of at least ~1 MFLOP, unless only the panel's fit cut it.
+        if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n)) {
+          EXPECT_GE(2.0 * double(t.rows) * double(t.cols) * double(s.k), double(1 << 20)) << what;
+        }
+        EXPECT_LE(tiles, 256) << what;
+        if (s.m == 5000) {
+          EXPECT_GE(tiles, 64) << what;
+        }
+        if (s.m == 128 && s.n == 512) {
+          EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
+        }
+        if (s.m == 128 && s.n == 128 && s.k == 256) {
+          EXPECT_GE(tiles, 4) << what;  // the MLP's second layer: both of two cores
+        }
+      }
   }
 }
 
@@ -317,16 +393,20 @@ TEST(Gemm, KtapeGemmEnvironmentPicksTheLibrary) {
     ktape::kernels::apply_gemm_environment();
     ADD_FAILURE() << "KTAPE_GEMM=mkl was accepted";
   } catch (const ktape::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("KTAPE_GEMM must be 'blis' or 'eigen'"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("KTAPE_GEMM must be 'xsmm', 'blis' or 'eigen'"),
+              std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("'mkl'"), std::string::npos) << e.what();
   }
-  ::setenv("KTAPE_GEMM", "blis", 1);
-  if (libraries().size() == 2) {
-    ktape::kernels::apply_gemm_environment();
-    EXPECT_EQ(ktape::kernels::gemm_library(), GemmLibrary::blis);
-  } else {
-    EXPECT_THROW(ktape::kernels::apply_gemm_environment(), ktape::ValueError);
+  const std::vector<GemmLibrary> libs = libraries();
+  for (const GemmLibrary lib : {GemmLibrary::blis, GemmLibrary::xsmm}) {
+    ::setenv("KTAPE_GEMM", ktape::kernels::gemm_library_name(lib), 1);
+    if (std::find(libs.begin(), libs.end(), lib) != libs.end()) {
+      ktape::kernels::apply_gemm_environment();
+      EXPECT_EQ(ktape::kernels::gemm_library(), lib);
+    } else {
+      EXPECT_THROW(ktape::kernels::apply_gemm_environment(), ktape::ValueError);
+    }
   }
   ::unsetenv("KTAPE_GEMM");
   ktape::kernels::set_gemm_library(saved);
@@ -500,7 +580,8 @@ TEST(Gemm, TasksTakingEachOthersUnitsRunEveryUnitOnce) {
   // different times). Accumulating, so that a unit run twice or skipped shows in C.
   // (BLIS's blocked product only: Eigen's tiles never steal.)
   const GemmLibrary lib = GemmLibrary::blis;
-  if (libraries().back() != lib) GTEST_SKIP() << "built without BLIS";
+  const std::vector<GemmLibrary> libs = libraries();
+  if (std::find(libs.begin(), libs.end(), lib) == libs.end()) GTEST_SKIP() << "built without BLIS";
   const std::uint64_t taken = ktape::kernels::gemm_units_taken();
   for (int threads : {2, 3, 5, 16}) {
     const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,

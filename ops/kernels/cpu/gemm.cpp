@@ -22,6 +22,9 @@
 #if KTAPE_BLIS
 #include "ops/kernels/cpu/gemm_blis.hpp"
 #endif
+#if KTAPE_XSMM
+#include "ops/kernels/cpu/gemm_xsmm.hpp"
+#endif
 #include "ops/kernels/cpu/gemm_pack.hpp"
 
 namespace ktape::kernels {
@@ -86,23 +89,60 @@ void eigen(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Ma
   return eigen<T>(n, m, k, b.t(), a.t(), c.t(), acc);
 }
 
-// The library set by set_gemm_library, or kDefault: BLIS when built with it and it has kernels
-// for this CPU, else Eigen.
+// The library set by set_gemm_library, or kDefault: LIBXSMM when built with it and it generates
+// vector code for this CPU, else BLIS when built with it and it has kernels for this CPU, else
+// Eigen.
 constexpr int kDefault = -1;
 std::atomic<int> g_library{kDefault};
 
-GemmLibrary default_library() {
+bool blis_usable() {
 #if KTAPE_BLIS
-  static const GemmLibrary lib = blis::has_kernels() ? GemmLibrary::blis : GemmLibrary::eigen;
-  return lib;
+  static const bool ok = blis::has_kernels();
+  return ok;
 #else
-  return GemmLibrary::eigen;
+  return false;
 #endif
+}
+
+bool xsmm_usable() {
+#if KTAPE_XSMM
+  static const bool ok = xsmm::available();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+GemmLibrary default_library() {
+  return xsmm_usable() ? GemmLibrary::xsmm : blis_usable() ? GemmLibrary::blis : GemmLibrary::eigen;
 }
 
 GemmLibrary current_library() {
   const int lib = g_library.load(std::memory_order_relaxed);
   return lib == kDefault ? default_library() : static_cast<GemmLibrary>(lib);
+}
+
+// The library for what LIBXSMM does not take (xsmm_takes): BLIS where it has kernels, else Eigen.
+GemmLibrary general_library() {
+  const GemmLibrary lib = current_library();
+  if (lib != GemmLibrary::xsmm) return lib;
+  return blis_usable() ? GemmLibrary::blis : GemmLibrary::eigen;
+}
+
+std::atomic<std::uint64_t> g_xsmm_tiles{0};  // gemm_xsmm_tiles()
+
+// LIBXSMM's kernels keep the whole depth in one pass: deeper products (a weight gradient over a
+// long batch) go to the libraries that block the depth.
+constexpr std::int64_t kXsmmMaxDepth = 1024;
+
+template <class T>
+bool xsmm_takes(std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
+#if KTAPE_XSMM
+  return current_library() == GemmLibrary::xsmm && k < kXsmmMaxDepth && xsmm::takes<T>(a, b, c);
+#else
+  (void)k, (void)a, (void)b, (void)c;
+  return false;
+#endif
 }
 
 template <class T>
@@ -112,6 +152,81 @@ void check_strides(const char* what, MatRef<T> x) {
 }
 
 }  // namespace
+
+namespace {
+
+// The product on the calling thread with BLIS or Eigen (general_library()).
+template <class T>
+void general_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
+                  MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch,
+                  std::size_t scratch_bytes) {
+#if KTAPE_BLIS
+  if (general_library() == GemmLibrary::blis) {
+    const std::size_t need = gemm_scratch(m, n, k, sizeof(T));
+    if (scratch != nullptr && need > 0 && need <= scratch_bytes && blis::blocked_available<T>()) {
+      std::size_t space = need;
+      if (std::align(64, need - 64, scratch, space))
+        return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, nullptr, true);
+    }
+    return blis::serial<T>(m, n, k, a, b, c, accumulate);
+  }
+#else
+  (void)scratch, (void)scratch_bytes;
+#endif
+  eigen<T>(m, n, k, a, b, c, accumulate);
+}
+
+// Tile `tile` of xsmm_tiles' split, by LIBXSMM's kernel (or, where it has none, the general
+// library's product).
+template <class T>
+void xsmm_tile(const GemmTiles& t, std::int64_t tile, std::int64_t m, std::int64_t n,
+               std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c, bool accumulate) {
+  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
+  const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+  const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
+  const MatRef<const T> as{a.p + i0 * a.rs, a.rs, a.cs}, bs{b.p + j0 * b.cs, b.rs, b.cs};
+  const MatRef<T> cs{c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs};
+#if KTAPE_XSMM
+  if (xsmm::run<T>(mi, nj, k, as, bs, cs, accumulate)) {
+    g_xsmm_tiles.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+#endif
+  general_gemm<T>(mi, nj, k, as, bs, cs, accumulate, nullptr, 0);
+}
+
+std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
+  return ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols);
+}
+
+}  // namespace
+
+GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
+                     std::size_t elem_size) {
+  constexpr std::int64_t kMinSide = 32, kTargetTasks = 64;
+  constexpr double kPanelBytes = 256 * 1024, kMinTaskFlops = 1 << 20;
+  auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
+  GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
+  std::int64_t& along = unit_cols ? t.cols : t.rows;
+  while (along > kMinSide && double(along) * double(k) * double(elem_size) > kPanelBytes &&
+         half(along) < along)
+    along = half(along);
+  auto flops = [&](std::int64_t r, std::int64_t c) {
+    return 2.0 * double(r) * double(c) * double(k);
+  };
+  while (tile_count(t, m, n) < kTargetTasks) {
+    const std::int64_t r = half(t.rows), c = half(t.cols);
+    const bool can_r = r >= kMinSide && r < t.rows && flops(r, t.cols) >= kMinTaskFlops;
+    const bool can_c = c >= kMinSide && c < t.cols && flops(t.rows, c) >= kMinTaskFlops;
+    if (can_r && (t.rows >= t.cols || !can_c))
+      t.rows = r;
+    else if (can_c)
+      t.cols = c;
+    else
+      break;
+  }
+  return t;
+}
 
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
@@ -126,20 +241,13 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
         for (std::int64_t j = 0; j < n; ++j) c.p[i * c.rs + j * c.cs] = T(0);
     return;
   }
-#if KTAPE_BLIS
-  if (current_library() == GemmLibrary::blis) {
-    const std::size_t need = gemm_scratch(m, n, k, sizeof(T));
-    if (scratch != nullptr && need > 0 && need <= scratch_bytes && blis::blocked_available<T>()) {
-      std::size_t space = need;
-      if (std::align(64, need - 64, scratch, space))
-        return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, nullptr, true);
-    }
-    return blis::serial<T>(m, n, k, a, b, c, accumulate);
+  if (xsmm_takes<T>(k, a, b, c)) {
+    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
+    for (std::int64_t tile = 0, count = tile_count(t, m, n); tile < count; ++tile)
+      xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate);
+    return;
   }
-#else
-  (void)scratch, (void)scratch_bytes;
-#endif
-  eigen<T>(m, n, k, a, b, c, accumulate);
+  general_gemm<T>(m, n, k, a, b, c, accumulate, scratch, scratch_bytes);
 }
 
 std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size) {
@@ -197,7 +305,7 @@ namespace {
 // over a long batch): that goes to the tiles below, with depth slices.
 template <class T>
 bool use_blocked(std::int64_t m, std::int64_t n, std::int64_t k) {
-  return k > 0 && current_library() == GemmLibrary::blis && blis::blocked_available<T>() &&
+  return k > 0 && general_library() == GemmLibrary::blis && blis::blocked_available<T>() &&
          !(k >= 1024 && blis::micro_tiles<T>(m, n) < 16);
 }
 #endif
@@ -227,6 +335,12 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   check_strides("a", a);
   check_strides("b", b);
   check_strides("c", c);
+  if (k > 0 && xsmm_takes<T>(k, a, b, c)) {
+    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
+    parallel_slots(tile_count(t, m, n),
+                   [&](std::int64_t tile) { xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate); });
+    return;
+  }
 #if KTAPE_BLIS
   if (use_blocked<T>(m, n, k)) {
     if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
@@ -352,13 +466,22 @@ void apply_gemm_environment() {
   const char* env = std::getenv("KTAPE_GEMM");
   if (env == nullptr || *env == '\0') return;
   const std::string v(env);
-  if (v != "blis" && v != "eigen")
-    throw ValueError("KTAPE_GEMM must be 'blis' or 'eigen' (or empty for the default), got '" + v +
-                     "'");
-  if (!set_gemm_library(v == "blis" ? GemmLibrary::blis : GemmLibrary::eigen))
+  if (v != "xsmm" && v != "blis" && v != "eigen")
     throw ValueError(
-        "KTAPE_GEMM=blis, but this build of ktape has no BLIS (configured with -DKTAPE_BLIS=OFF)");
+        "KTAPE_GEMM must be 'xsmm', 'blis' or 'eigen' (or empty for the default), got '" + v + "'");
+  const GemmLibrary lib = v == "xsmm"   ? GemmLibrary::xsmm
+                          : v == "blis" ? GemmLibrary::blis
+                                        : GemmLibrary::eigen;
+  if (!set_gemm_library(lib))
+    throw ValueError(
+        lib == GemmLibrary::blis
+            ? "KTAPE_GEMM=blis, but this build of ktape has no BLIS (configured with "
+              "-DKTAPE_BLIS=OFF)"
+            : "KTAPE_GEMM=xsmm, but this build of ktape has no LIBXSMM (configured with "
+              "-DKTAPE_XSMM=OFF) or LIBXSMM has no vector kernels for this CPU");
 }
+
+std::uint64_t gemm_xsmm_tiles() { return g_xsmm_tiles.load(std::memory_order_relaxed); }
 
 std::uint64_t gemm_units_taken() {
 #if KTAPE_BLIS
@@ -378,15 +501,21 @@ void set_gemm_pack_budget(std::int64_t bytes) {
 
 bool set_gemm_library(GemmLibrary lib) {
   if (lib == GemmLibrary::blis && !KTAPE_BLIS) return false;
+  if (lib == GemmLibrary::xsmm && !xsmm_usable()) return false;
   g_library.store(static_cast<int>(lib));
   return true;
 }
 
 const char* gemm_library_name(GemmLibrary lib) {
-  return lib == GemmLibrary::blis ? "blis" : "eigen";
+  return lib == GemmLibrary::xsmm ? "xsmm" : lib == GemmLibrary::blis ? "blis" : "eigen";
 }
 
 std::string gemm_kernel_name(GemmLibrary lib) {
+#if KTAPE_XSMM
+  if (lib == GemmLibrary::xsmm)
+    return "xsmm " + xsmm::kernel_name() + ", " +
+           (blis_usable() ? gemm_kernel_name(GemmLibrary::blis) : std::string("eigen"));
+#endif
 #if KTAPE_BLIS
   if (lib == GemmLibrary::blis) return "blis " + blis::kernel_name();
 #endif

@@ -1,9 +1,9 @@
 // The cpu backend's GEMM: C = A B (or C += A B) on strided matrices, for float and double.
-// The serial kernel is BLIS's (Debian's libblis-serial, built with KTAPE_BLIS) or Eigen's;
-// oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm() splits the
-// work as gemm_tiles says.
-// Every matrix is (pointer, row stride, column stride); one of the two strides must be 1, so a
-// transpose is a swap of strides. Internal to the cpu kernels.
+// The serial kernels are LIBXSMM's (Debian's libxsmm-dev, built with KTAPE_XSMM) for the
+// products they take, and BLIS's (libblis-serial, KTAPE_BLIS) or Eigen's for the rest (see
+// GemmLibrary); oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm()
+// splits the work as gemm_tiles says. Every matrix is (pointer, row stride, column stride); one of
+// the two strides must be 1, so a transpose is a swap of strides. Internal to the cpu kernels.
 #pragma once
 
 #include <cstddef>
@@ -30,7 +30,9 @@ MatRef<T> row_major(T* p, std::int64_t ld) {
 }
 
 // c (m x n) = a (m x k) * b (k x n), or c += a * b when accumulate. k == 0 zeroes c (or keeps
-// it). On the calling thread. With BLIS's kernels and `scratch_bytes` of `scratch` (at least
+// it). On the calling thread. A product LIBXSMM takes runs on its kernels, tile by tile of
+// xsmm_tiles (a kernel is generated at a shape's first call and kept). Otherwise, with BLIS's
+// kernels and `scratch_bytes` of `scratch` (at least
 // gemm_scratch(m, n, k, sizeof(T)), e.g. a conv slot's piece of the arena): ktape's blocked
 // product in one task, its packs in the scratch. Otherwise (no scratch, or too little) the
 // library's own product; steady state allocates nothing there either: Eigen packs on the stack,
@@ -44,7 +46,8 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
 // buffer for every shape it serves.
 std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size);
 
-// The same product, over oneTBB tasks. With BLIS's kernels: ktape's blocked product around
+// The same product, over oneTBB tasks. On LIBXSMM's kernels: one task per tile of xsmm_tiles.
+// With BLIS's kernels: ktape's blocked product around
 // BLIS's micro-kernel (gemm_blis.hpp: operands packed once per depth block by all threads and
 // shared, the output's micro-tiles split into as many tasks as the work and the thread count
 // give, which even out their ends by taking each other's last units where the depth is one
@@ -132,20 +135,37 @@ void set_gemm_pack_budget(std::int64_t bytes);
 // taken from other tasks, since the start; 0 without BLIS. For tests.
 std::uint64_t gemm_units_taken();
 
-// The serial kernel: BLIS when the build has it (KTAPE_BLIS) and BLIS has kernels for this CPU
-// (its own choice, or skx / haswell by the CPU's instruction sets where BLIS 0.9 does not know
-// the model), else Eigen's. Benchmarks and tests switch between the two; a switch while kernels
-// run is not supported. false = not built in.
-enum class GemmLibrary { blis, eigen };
+// The serial kernels. xsmm: LIBXSMM's (Debian's libxsmm-dev, built with KTAPE_XSMM) for every
+// product it takes (depth below 1024, and the operand read along C's unit stride laid out that
+// way: a row-major product's right operand not transposed), in tiles from xsmm_tiles; BLIS or
+// Eigen, as below, for the rest. blis: BLIS when the build has it (KTAPE_BLIS) and BLIS has
+// kernels for this CPU (its own choice, or skx / haswell by the CPU's instruction sets where
+// BLIS 0.9 does not know the model), else Eigen's. eigen: Eigen's. The default is the first of
+// the three that this build and CPU have (LIBXSMM needs AVX2). Benchmarks and tests switch
+// between them; a switch while kernels run is not supported. false = not built in (or, for
+// xsmm, no vector kernels for this CPU).
+enum class GemmLibrary { blis, eigen, xsmm };
 GemmLibrary gemm_library();
 bool set_gemm_library(GemmLibrary lib);
 const char* gemm_library_name(GemmLibrary lib);
-// Applies KTAPE_GEMM ('blis' or 'eigen'; empty or unset: the default) as set_gemm_library would;
-// another value, or 'blis' in a build without it, is a ValueError naming it. The cpu backend
-// calls this when it is first used.
+// Applies KTAPE_GEMM ('xsmm', 'blis' or 'eigen'; empty or unset: the default) as
+// set_gemm_library would; another value, or a library this build or CPU lacks, is a ValueError
+// naming it. The cpu backend calls this when it is first used.
 void apply_gemm_environment();
-// The library and, for BLIS, its kernel set: "blis skx", "blis skx (by ktape)", "eigen".
+// The library and its kernel set: "xsmm cpx, blis skx", "blis skx", "blis skx (by ktape)",
+// "eigen".
 std::string gemm_kernel_name(GemmLibrary lib);
+
+// LIBXSMM's split of an m x n x k product into tiles of C, a function of the shape alone (so
+// the bits do not depend on the thread count): the tile's extent along C's unit stride
+// (`unit_cols`: a row-major C) is halved until that many rows of the operand read along it fit
+// 256 KiB (the kernel reads them once per few lines of the other side), then the larger side is
+// halved (to multiples of 16, not below 32, each tile at least ~1 MFLOP) until there are 64
+// tiles, so that 16 to 64 cores have work.
+GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
+                     std::size_t elem_size);
+// How many tiles LIBXSMM's kernels have computed, since the start; 0 without it. For tests.
+std::uint64_t gemm_xsmm_tiles();
 
 // The blocked product's packing of one micro-panel (gemm_pack.hpp), compiled as the kernels
 // are; for tests. Element (r, p) of the source, at src[r * rs + p * cs] for r < rows and p < kc,
