@@ -216,8 +216,9 @@ TEST(Gemm, SameBitsAtAnyThreadCount) {
     // Deep enough that the depth is cut into slices too (gemm_tiles().chunks > 1), and shallow
     // enough for LIBXSMM's tiles (a dozen of them).
     ASSERT_GT(ktape::kernels::gemm_tiles(300, 200, 2500).chunks, 1);
-    for (const auto& [m, k, n] : {std::array<std::int64_t, 3>{300, 2500, 200},
-                                  std::array<std::int64_t, 3>{300, 700, 200}}) {
+    for (const auto& shape : {std::array<std::int64_t, 3>{300, 2500, 200},
+                              std::array<std::int64_t, 3>{300, 700, 200}}) {
+      const std::int64_t m = shape[0], k = shape[1], n = shape[2];
       std::vector<float> a(m * k), b(k * n);
       for (auto& v : a) v = u(rng);
       for (auto& v : b) v = u(rng);
@@ -267,6 +268,66 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
           << (s.bcm ? " B col" : " B row") << (s.ccm ? " C col" : " C row");
     }
   }
+}
+
+// dY W^T: a row-major product whose B is stored transposed goes to LIBXSMM after B is copied
+// row-major, into the scratch, or into a loop's kept cache, where the copy serves the whole run
+// (a changed B within one run is not seen: the loop's static does not change) and is made again
+// for a new run, and never mistaken for BLIS's packs in the same cache, nor they for it.
+TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
+  if (!ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) GTEST_SKIP() << "no LIBXSMM here";
+  const UseLibrary use(GemmLibrary::xsmm);
+  const std::int64_t m = 70, n = 90, k = 130;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> a(m * k), bt(n * k);  // B = bt^T, bt row-major (n x k)
+  for (auto& v : a) v = u(rng);
+  for (auto& v : bt) v = u(rng);
+  // The oracle in double; float's error bound as check_product's.
+  auto check = [&](const std::vector<float>& c, const char* what) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double s = 0, mag = 0;
+        for (std::int64_t p = 0; p < k; ++p) {
+          s += double(a[i * k + p]) * double(bt[j * k + p]);
+          mag += std::fabs(double(a[i * k + p]) * double(bt[j * k + p]));
+        }
+        ASSERT_NEAR(c[i * n + j], s, (k + 1) * 1.2e-7 * mag)
+            << what << " (" << i << ", " << j << ")";
+      }
+  };
+  std::vector<std::byte> scratch(ktape::kernels::parallel_gemm_scratch(m, n, k, 4));
+  auto product = [&](const ktape::kernels::GemmKeep* keep) {
+    std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
+    ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {bt.data(), 1, k},
+                                         {c.data(), n, 1}, false, scratch.data(), keep);
+    return c;
+  };
+  std::uint64_t tiles = ktape::kernels::gemm_xsmm_tiles();
+  check(product(nullptr), "scratch");
+  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << "not run on LIBXSMM";
+  ktape::kernels::GemmPackCache cache =
+      ktape::kernels::make_gemm_pack_cache(ktape::kernels::gemm_pack_cache_bytes(m, n, k, 4, 1));
+  ktape::kernels::GemmKeep keep{nullptr, &cache, 1};
+  const std::vector<float> first = product(&keep);
+  check(first, "kept, run 1");
+  for (auto& v : bt) v = -v;
+  tiles = ktape::kernels::gemm_xsmm_tiles();
+  EXPECT_EQ(product(&keep), first) << "run 1 again: the kept copy of the old B";
+  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << "not run on LIBXSMM";
+  keep.run = 2;
+  check(product(&keep), "kept, run 2");
+  for (auto& v : bt) v = -v;
+  for (std::uint64_t run = 3; run <= 4; ++run) {  // BLIS then LIBXSMM in one run, and back
+    keep.run = run;
+    for (const GemmLibrary lib : run == 3 ? std::array{GemmLibrary::blis, GemmLibrary::xsmm}
+                                          : std::array{GemmLibrary::xsmm, GemmLibrary::blis}) {
+      if (!ktape::kernels::set_gemm_library(lib)) continue;
+      check(product(&keep), ktape::kernels::gemm_library_name(lib));
+    }
+    for (auto& v : bt) v = -v;
+  }
+  ktape::kernels::set_gemm_library(GemmLibrary::xsmm);
 }
 
 TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {

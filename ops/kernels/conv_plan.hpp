@@ -32,7 +32,7 @@ struct ConvPlan {
   std::int64_t tiles = 1;
   std::int64_t slots = 1;
   std::int64_t tiles_per_slot = 1;
-  std::size_t shared_bytes = 0;  // at the start of the scratch (the reordered kernel)
+  std::size_t shared_bytes = 0;  // at the start of the scratch (the reordered or transposed kernel)
   std::size_t slot_bytes = 0;    // then one piece per slot (a tile; a partial kernel gradient;
                                  // the tile GEMM's packs, from gemm_offset)
   std::size_t gemm_offset = 0, gemm_bytes = 0;
@@ -96,7 +96,7 @@ inline ConvPlan conv_plan(ConvPass pass, const WindowDims& g, std::size_t elem) 
   p.gemm_offset = p.slot_bytes;
   p.gemm_bytes = round64(std::max(tile_gemm(p.rows), tile_gemm(last_rows)));
   p.slot_bytes += p.gemm_bytes;
-  if (input && !p.scatter)  // the reordered kernel
+  if (input)  // the reordered kernel (scatter: transposed)
     p.shared_bytes = round64(static_cast<std::size_t>(p.cols * p.out_cols) * elem);
   return p;
 }

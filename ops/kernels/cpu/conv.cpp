@@ -494,8 +494,13 @@ void conv_backprop_input_kernel(const KernelCall& c) {
   if (p.scatter) {  // channels_last: dy's tiles times the kernel, scattered into dx
     const std::int64_t image = g.in_pixels * g.cx;
     if (p.tiles == 0) return std::fill(dx, dx + g.n * image, T(0));
-    // The kernel as (cells*cx, cy) row-major; its transpose (cy x cells*cx) is read in place.
-    const MatRef<const T> wt{w, 1, g.cy};
+    // The kernel as (cells*cx, cy) row-major, transposed once into the shared scratch
+    // (cy x cells*cx): every tile's product then reads both operands row-major, as LIBXSMM's
+    // kernels take them (read in place as a transpose, it went to BLIS, which packs it again for
+    // every tile).
+    T* const wcopy = static_cast<T*>(c.scratch);
+    parallel_transpose<T>(w, g.cy, p.out_cols, p.cols, wcopy, p.out_cols);
+    const MatRef<const T> wt = row_major<const T>(wcopy, p.out_cols);
     char* const scratch = static_cast<char*>(c.scratch) + p.shared_bytes;
     parallel_slots(p.slots, [&](std::int64_t slot) {
       char* const mine = scratch + static_cast<std::size_t>(slot) * p.slot_bytes;

@@ -145,6 +145,23 @@ bool xsmm_takes(std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> 
 #endif
 }
 
+// A row-major product whose B is stored transposed (dY W^T: B's columns contiguous), small
+// enough for B to be copied row-major first (at most kXsmmCopyBytes), then run as LIBXSMM takes
+// it (parallel_gemm).
+constexpr std::size_t kXsmmCopyBytes = 4 << 20;
+
+bool xsmm_copy_fits(std::int64_t n, std::int64_t k, std::size_t elem_size) {
+  return xsmm_usable() && k > 0 && k < kXsmmMaxDepth &&
+         static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem_size) <=
+             static_cast<double>(kXsmmCopyBytes);
+}
+
+template <class T>
+bool xsmm_copies_b(std::int64_t n, std::int64_t k, MatRef<const T> b, MatRef<T> c) {
+  return current_library() == GemmLibrary::xsmm && c.cs == 1 && c.rs != 1 && b.rs == 1 &&
+         b.cs != 1 && xsmm_copy_fits(n, k, sizeof(T));
+}
+
 template <class T>
 void check_strides(const char* what, MatRef<T> x) {
   if (x.rs != 1 && x.cs != 1)
@@ -317,6 +334,8 @@ std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k
   if (m <= 0 || n <= 0) return 0;
   const GemmTiles t = gemm_tiles(m, n, k);
   std::size_t bytes = static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
+  if (xsmm_copy_fits(n, k, elem_size))  // B copied row-major (xsmm_copies_b)
+    bytes = std::max(bytes, 64 + static_cast<std::size_t>(n * k) * elem_size);
 #if KTAPE_BLIS
   // Either path may run (the library can be switched after a plan is compiled).
   if (blis::has_kernels())
@@ -340,6 +359,35 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
     parallel_slots(tile_count(t, m, n),
                    [&](std::int64_t tile) { xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate); });
     return;
+  }
+  if (xsmm_copies_b<T>(n, k, b, c)) {
+    // B copied row-major: into the kept copy of a loop's weight (copied on the run's first
+    // step), else into the scratch.
+    T* bt = nullptr;
+    bool ready = false;
+    const std::size_t need = static_cast<std::size_t>(n * k) * sizeof(T);
+    GemmPackCache* const cache = keep ? keep->b : nullptr;
+    if (cache != nullptr && cache->data != nullptr && cache->bytes >= need) {
+      bt = static_cast<T*>(cache->data);
+      ready = cache->format == 1 && cache->source == b.p && cache->run == keep->run;
+    } else if (scratch != nullptr) {
+      std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
+      if (space >= need + 64 && std::align(64, need, scratch, space)) bt = static_cast<T*>(scratch);
+    }
+    if (bt != nullptr) {
+      if (!ready) parallel_transpose<T>(b.p, b.cs, n, k, bt, n);  // B^T (n x k) -> B (k x n)
+      if (cache != nullptr && bt == cache->data) {
+        cache->source = b.p;
+        cache->run = keep->run;
+        cache->format = 1;
+      }
+      const MatRef<const T> bc{bt, n, 1};
+      const GemmTiles t = xsmm_tiles(m, n, k, true, sizeof(T));
+      parallel_slots(tile_count(t, m, n), [&](std::int64_t tile) {
+        xsmm_tile<T>(t, tile, m, n, k, a, bc, c, accumulate);
+      });
+      return;
+    }
   }
 #if KTAPE_BLIS
   if (use_blocked<T>(m, n, k)) {
@@ -434,6 +482,18 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
 GemmLibrary gemm_library() { return current_library(); }
 
 template <class T>
+void parallel_transpose(const T* src, std::int64_t rs, std::int64_t rows, std::int64_t cols, T* dst,
+                        std::int64_t ld) {
+  // Rows [j0, j1) of dst are columns [j0, j1) of src.
+  parallel_for(
+      cols, static_cast<double>(rows),
+      [&](std::int64_t j0, std::int64_t j1) {
+        blis::detail::transpose_panel(src + j0, rs, rows, j1 - j0, ld, dst + j0 * ld);
+      },
+      16);
+}
+
+template <class T>
 void pack_micro_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64_t rows,
                       std::int64_t kc, std::int64_t packw, std::int64_t fill, T* dst) {
   blis::detail::pack_panel(src, rs, cs, rows, kc, packw, fill, dst);
@@ -441,13 +501,17 @@ void pack_micro_panel(const T* src, std::int64_t rs, std::int64_t cs, std::int64
 
 std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size, int which) {
+  if (m <= 0 || n <= 0 || k <= 0) return 0;
+  // B's row-major copy (xsmm_copies_b), or BLIS's packs: either may be kept.
+  std::size_t bytes = which == 1 && xsmm_copy_fits(n, k, elem_size)
+                          ? static_cast<std::size_t>(n * k) * elem_size
+                          : 0;
 #if KTAPE_BLIS
-  if (m > 0 && n > 0 && k > 0 && blis::has_kernels())
-    return elem_size == sizeof(float) ? blis::kept_bytes<float>(m, n, k, which)
-                                      : blis::kept_bytes<double>(m, n, k, which);
+  if (blis::has_kernels())
+    bytes = std::max(bytes, elem_size == sizeof(float) ? blis::kept_bytes<float>(m, n, k, which)
+                                                       : blis::kept_bytes<double>(m, n, k, which));
 #endif
-  (void)m, (void)n, (void)k, (void)elem_size, (void)which;
-  return 0;
+  return bytes;
 }
 
 GemmPackCache make_gemm_pack_cache(std::size_t bytes) {
@@ -526,6 +590,10 @@ template void gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const
                           MatRef<const float>, MatRef<float>, bool, void*, std::size_t);
 template void gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                            MatRef<const double>, MatRef<double>, bool, void*, std::size_t);
+template void parallel_transpose<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
+                                        float*, std::int64_t);
+template void parallel_transpose<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
+                                         double*, std::int64_t);
 template void pack_micro_panel<float>(const float*, std::int64_t, std::int64_t, std::int64_t,
                                       std::int64_t, std::int64_t, std::int64_t, float*);
 template void pack_micro_panel<double>(const double*, std::int64_t, std::int64_t, std::int64_t,

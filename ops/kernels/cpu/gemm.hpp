@@ -65,6 +65,7 @@ struct GemmPackCache {
   std::size_t bytes = 0;
   const void* source = nullptr;
   std::uint64_t run = ~std::uint64_t{0};
+  int format = 0;  // what data holds: 0 BLIS's packs, 1 a transposed copy (LIBXSMM's path)
 };
 // Bytes of packs for operand `which` (0: a, 1: b) of an m x n x k product into a row-major C.
 std::size_t gemm_pack_cache_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
@@ -166,6 +167,13 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
                      std::size_t elem_size);
 // How many tiles LIBXSMM's kernels have computed, since the start; 0 without it. For tests.
 std::uint64_t gemm_xsmm_tiles();
+
+// dst (cols x rows, row-major with row stride ld) = the transpose of src (rows x cols,
+// row-major with row stride rs): over oneTBB tasks of whole rows of dst (the grain policy), in
+// blocks transposed in registers.
+template <class T>
+void parallel_transpose(const T* src, std::int64_t rs, std::int64_t rows, std::int64_t cols, T* dst,
+                        std::int64_t ld);
 
 // The blocked product's packing of one micro-panel (gemm_pack.hpp), compiled as the kernels
 // are; for tests. Element (r, p) of the source, at src[r * rs + p * cs] for r < rows and p < kc,

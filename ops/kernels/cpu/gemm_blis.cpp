@@ -653,7 +653,7 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
         cache->bytes < static_cast<std::size_t>(elems) * sizeof(T))
       return r;
     r.data = static_cast<T*>(cache->data);
-    r.ready = cache->source == source && cache->run == keep->run;
+    r.ready = cache->source == source && cache->run == keep->run && cache->format == 0;
     return r;
   };
   GemmPackCache* const cache_a = keep ? (turned ? keep->b : keep->a) : nullptr;
@@ -666,10 +666,12 @@ void blocked(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, 
   if (ka.data) {
     cache_a->source = oriented_a;
     cache_a->run = keep->run;
+    cache_a->format = 0;
   }
   if (kb.data) {
     cache_b->source = oriented_b;
     cache_b->run = keep->run;
+    cache_b->format = 0;
   }
 }
 
