@@ -244,8 +244,9 @@ TEST(Gemm, SameBitsAtAnyThreadCount) {
 }
 
 // LIBXSMM runs the products it takes (a row-major C's B not transposed, a column-major C's A
-// not transposed; depth below 1024) and only those: the others go to BLIS (or Eigen), which the
-// oracle tests above check in every storage order.
+// not transposed; deep ones in depth blocks, through tiles or through depth slices) and only
+// those: the others go to BLIS (or Eigen), which the oracle tests above check in every storage
+// order. (A transposed B that is copied is XsmmCopiesATransposedBOnceARun's.)
 TEST(Gemm, XsmmRunsTheProductsItTakes) {
   if (!ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) GTEST_SKIP() << "no LIBXSMM here";
   const UseLibrary use(GemmLibrary::xsmm);
@@ -253,12 +254,13 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
     std::int64_t m, n, k;
     bool acm, bcm, ccm, taken;
   };
-  for (const Case& s : {Case{37, 29, 41, false, false, false, true},  // X W
-                        Case{37, 29, 41, true, false, false, true},   // X^T dY (weight gradient)
-                        Case{37, 29, 41, false, true, false, false},  // dY W^T: B transposed
-                        Case{37, 29, 41, true, true, true, true},     // column-major C
-                        Case{37, 29, 41, false, false, true, false},  // ... A row-major
-                        Case{20, 30, 1100, false, false, false, false}}) {
+  for (const Case& s : {Case{37, 29, 41, false, false, false, true},    // X W
+                        Case{37, 29, 41, true, false, false, true},     // X^T dY (weight gradient)
+                        Case{37, 29, 41, false, true, false, false},    // dY W^T: B transposed
+                        Case{37, 29, 41, true, true, true, true},       // column-major C
+                        Case{37, 29, 41, false, false, true, false},    // ... A row-major
+                        Case{20, 30, 1100, false, false, false, true},  // deep: slices
+                        Case{200, 300, 1100, true, false, false, true}}) {  // deep: tiles
     for (bool parallel : {false, true}) {
       const std::uint64_t before = ktape::kernels::gemm_xsmm_tiles();
       check_product<float>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, false, parallel);
@@ -331,12 +333,24 @@ TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
 }
 
 TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
+  // Depth blocks: the whole depth below 1024, else equal blocks of at most 512.
+  for (const auto& [k, depth] : {std::pair<std::int64_t, std::int64_t>{1, 1},
+                                 {784, 784},
+                                 {1023, 1023},
+                                 {1024, 512},
+                                 {1100, 367},
+                                 {3584, 512},
+                                 {100352, 512},
+                                 {1537, 385}}) {
+    EXPECT_EQ(ktape::kernels::xsmm_depth(k), depth) << k;
+  }
   struct Case {
     std::int64_t m, n, k;
   };
-  for (const Case& s : {Case{128, 256, 784}, Case{128, 128, 256}, Case{128, 512, 128},
-                        Case{32, 512, 128}, Case{3584, 512, 28}, Case{1, 1, 1},
-                        Case{5000, 5000, 500}, Case{128, 10, 128}, Case{64, 4096, 1000}}) {
+  for (const Case& s :
+       {Case{128, 256, 784}, Case{128, 128, 256}, Case{128, 512, 128}, Case{32, 512, 128},
+        Case{3584, 512, 28}, Case{1, 1, 1}, Case{5000, 5000, 500}, Case{128, 10, 128},
+        Case{64, 4096, 1000}, Case{128, 512, 3584}, Case{784, 256, 100352}}) {
     for (bool unit_cols : {true, false})
       for (std::size_t elem : {std::size_t{4}, std::size_t{8}}) {
         const auto t = ktape::kernels::xsmm_tiles(s.m, s.n, s.k, unit_cols, elem);
@@ -346,13 +360,15 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
                                  " " + std::to_string(elem) + " B: tiles " +
                                  std::to_string(t.rows) + "x" + std::to_string(t.cols);
         EXPECT_EQ(t.chunks, 1) << what;
-        EXPECT_TRUE(t.rows >= 32 || t.rows == s.m) << what;
-        EXPECT_TRUE(t.cols >= 32 || t.cols == s.n) << what;
+        EXPECT_TRUE(t.rows >= 64 || t.rows == s.m) << what;
+        EXPECT_TRUE(t.cols >= 64 || t.cols == s.n) << what;
         EXPECT_LE(t.rows, s.m) << what;
         EXPECT_LE(t.cols, s.n) << what;
         const std::int64_t along = unit_cols ? t.cols : t.rows;
-        if (along > 32) {
-          EXPECT_LE(double(along) * double(s.k) * double(elem), 256.0 * 1024) << what;
+        if (along > 64) {
+          EXPECT_LE(double(along) * double(ktape::kernels::xsmm_depth(s.k)) * double(elem),
+                    256.0 * 1024)
+              << what;
         }
         // A tile of at least ~1 MFLOP, unless only the panel's fit cut it.
         if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n)) {

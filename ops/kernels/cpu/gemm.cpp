@@ -131,19 +131,19 @@ GemmLibrary general_library() {
 
 std::atomic<std::uint64_t> g_xsmm_tiles{0};  // gemm_xsmm_tiles()
 
-// LIBXSMM's kernels keep the whole depth in one pass: deeper products (a weight gradient over a
-// long batch) go to the libraries that block the depth.
-constexpr std::int64_t kXsmmMaxDepth = 1024;
-
 template <class T>
-bool xsmm_takes(std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
+bool xsmm_takes(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
 #if KTAPE_XSMM
-  return current_library() == GemmLibrary::xsmm && k < kXsmmMaxDepth && xsmm::takes<T>(a, b, c);
+  return current_library() == GemmLibrary::xsmm && xsmm::takes<T>(a, b, c);
 #else
-  (void)k, (void)a, (void)b, (void)c;
+  (void)a, (void)b, (void)c;
   return false;
 #endif
 }
+
+// A product this deep (a weight gradient over a long batch) whose LIBXSMM tiles are fewer than
+// kXsmmDeepTiles cuts its depth into slices instead (gemm_tiles), as many cores as the slices feed.
+constexpr std::int64_t kXsmmDeep = 1024, kXsmmDeepTiles = 16;
 
 // A row-major product whose B is stored transposed (dY W^T: B's columns contiguous), small
 // enough for B to be copied row-major first (at most kXsmmCopyBytes), then run as LIBXSMM takes
@@ -151,7 +151,7 @@ bool xsmm_takes(std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> 
 constexpr std::size_t kXsmmCopyBytes = 4 << 20;
 
 bool xsmm_copy_fits(std::int64_t n, std::int64_t k, std::size_t elem_size) {
-  return xsmm_usable() && k > 0 && k < kXsmmMaxDepth &&
+  return xsmm_usable() && k > 0 &&
          static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem_size) <=
              static_cast<double>(kXsmmCopyBytes);
 }
@@ -193,8 +193,8 @@ void general_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T
   eigen<T>(m, n, k, a, b, c, accumulate);
 }
 
-// Tile `tile` of xsmm_tiles' split, by LIBXSMM's kernel (or, where it has none, the general
-// library's product).
+// Tile `tile` of xsmm_tiles' split, by LIBXSMM's kernels (or, where it has none, the general
+// library's product), in depth blocks of xsmm_depth(k), in order.
 template <class T>
 void xsmm_tile(const GemmTiles& t, std::int64_t tile, std::int64_t m, std::int64_t n,
                std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c, bool accumulate) {
@@ -203,13 +203,17 @@ void xsmm_tile(const GemmTiles& t, std::int64_t tile, std::int64_t m, std::int64
   const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
   const MatRef<const T> as{a.p + i0 * a.rs, a.rs, a.cs}, bs{b.p + j0 * b.cs, b.rs, b.cs};
   const MatRef<T> cs{c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs};
+  const std::int64_t depth = xsmm_depth(k);
+  for (std::int64_t p = 0; p < k; p += depth) {
+    const std::int64_t kp = std::min(depth, k - p);
+    const MatRef<const T> ap{as.p + p * as.cs, as.rs, as.cs}, bp{bs.p + p * bs.rs, bs.rs, bs.cs};
+    const bool acc = accumulate || p > 0;
 #if KTAPE_XSMM
-  if (xsmm::run<T>(mi, nj, k, as, bs, cs, accumulate)) {
-    g_xsmm_tiles.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
+    if (xsmm::run<T>(mi, nj, kp, ap, bp, cs, acc)) continue;
 #endif
-  general_gemm<T>(mi, nj, k, as, bs, cs, accumulate, nullptr, 0);
+    general_gemm<T>(mi, nj, kp, ap, bp, cs, acc, nullptr, 0);
+  }
+  g_xsmm_tiles.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
@@ -218,16 +222,23 @@ std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
 
 }  // namespace
 
+std::int64_t xsmm_depth(std::int64_t k) {
+  constexpr std::int64_t kBlock = 512;
+  if (k < 1024) return std::max<std::int64_t>(k, 1);
+  const std::int64_t blocks = (k + kBlock - 1) / kBlock;
+  return (k + blocks - 1) / blocks;
+}
+
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
                      std::size_t elem_size) {
-  constexpr std::int64_t kMinSide = 32, kTargetTasks = 64;
+  constexpr std::int64_t kMinSide = 64, kTargetTasks = 64;
   constexpr double kPanelBytes = 256 * 1024, kMinTaskFlops = 1 << 20;
   auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
   std::int64_t& along = unit_cols ? t.cols : t.rows;
-  while (along > kMinSide && double(along) * double(k) * double(elem_size) > kPanelBytes &&
-         half(along) < along)
-    along = half(along);
+  const double depth = static_cast<double>(xsmm_depth(k));
+  while (along > kMinSide && double(along) * depth * double(elem_size) > kPanelBytes)
+    along = std::max(kMinSide, half(along));
   auto flops = [&](std::int64_t r, std::int64_t c) {
     return 2.0 * double(r) * double(c) * double(k);
   };
@@ -258,7 +269,7 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
         for (std::int64_t j = 0; j < n; ++j) c.p[i * c.rs + j * c.cs] = T(0);
     return;
   }
-  if (xsmm_takes<T>(k, a, b, c)) {
+  if (xsmm_takes<T>(a, b, c)) {
     const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
     for (std::int64_t tile = 0, count = tile_count(t, m, n); tile < count; ++tile)
       xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate);
@@ -354,13 +365,20 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   check_strides("a", a);
   check_strides("b", b);
   check_strides("c", c);
-  if (k > 0 && xsmm_takes<T>(k, a, b, c)) {
+  // LIBXSMM's tiles, unless the product is deep and they are too few: then the depth slices
+  // below, each on LIBXSMM's kernels (gemm()).
+  auto enough_tiles = [&](bool unit_cols) {
+    return k < kXsmmDeep ||
+           tile_count(xsmm_tiles(m, n, k, unit_cols, sizeof(T)), m, n) >= kXsmmDeepTiles;
+  };
+  const bool xsmm = k > 0 && xsmm_takes<T>(a, b, c);
+  if (xsmm && enough_tiles(c.cs == 1)) {
     const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
     parallel_slots(tile_count(t, m, n),
                    [&](std::int64_t tile) { xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate); });
     return;
   }
-  if (xsmm_copies_b<T>(n, k, b, c)) {
+  if (xsmm_copies_b<T>(n, k, b, c) && enough_tiles(true)) {
     // B copied row-major: into the kept copy of a loop's weight (copied on the run's first
     // step), else into the scratch.
     T* bt = nullptr;
@@ -390,7 +408,7 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
     }
   }
 #if KTAPE_BLIS
-  if (use_blocked<T>(m, n, k)) {
+  if (!xsmm && use_blocked<T>(m, n, k)) {
     if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
       std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
       if (space < 64 + blis::blocked_scratch<T>(m, n, k) ||
@@ -463,8 +481,29 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
     ms[s] = std::max<std::int64_t>(parts[s].m, 0);
     m += ms[s];
   }
+  // On LIBXSMM's kernels: every part's tiles in one parallel region (nothing is packed, so the
+  // parts share no work), unless the product is deep and they are too few (then each part as
+  // parallel_gemm runs it).
+  bool xsmm = n > 0 && k > 0;
+  for (int s = 0; s < count; ++s) xsmm = xsmm && xsmm_takes<T>(parts[s].a, b, parts[s].c);
+  if (xsmm) {
+    GemmTiles t[kMaxGemmParts];
+    std::int64_t first[kMaxGemmParts + 1] = {0};
+    for (int s = 0; s < count; ++s) {
+      t[s] = xsmm_tiles(ms[s], n, k, parts[s].c.cs == 1, sizeof(T));
+      first[s + 1] = first[s] + (ms[s] > 0 ? tile_count(t[s], ms[s], n) : 0);
+    }
+    if (k < kXsmmDeep || first[count] >= kXsmmDeepTiles) {
+      parallel_slots(first[count], [&](std::int64_t tile) {
+        int s = 0;
+        while (tile >= first[s + 1]) ++s;
+        xsmm_tile<T>(t[s], tile - first[s], ms[s], n, k, parts[s].a, b, parts[s].c, false);
+      });
+      return;
+    }
+  }
 #if KTAPE_BLIS
-  if (count > 1 && n > 0 && use_blocked<T>(m, n, k)) {
+  if (!xsmm && count > 1 && n > 0 && use_blocked<T>(m, n, k)) {
     if (scratch != nullptr) {  // 64-byte lines for the packed panels, whatever the arena gave
       std::size_t space = parallel_gemm_shared_b_scratch(ms, count, n, k, sizeof(T));
       if (space < 64 + blis::blocked_parts_scratch<T>(ms, count, n, k) ||

@@ -137,14 +137,14 @@ void set_gemm_pack_budget(std::int64_t bytes);
 std::uint64_t gemm_units_taken();
 
 // The serial kernels. xsmm: LIBXSMM's (Debian's libxsmm-dev, built with KTAPE_XSMM) for every
-// product it takes (depth below 1024, and the operand read along C's unit stride laid out that
-// way: a row-major product's right operand not transposed), in tiles from xsmm_tiles; BLIS or
-// Eigen, as below, for the rest. blis: BLIS when the build has it (KTAPE_BLIS) and BLIS has
-// kernels for this CPU (its own choice, or skx / haswell by the CPU's instruction sets where
-// BLIS 0.9 does not know the model), else Eigen's. eigen: Eigen's. The default is the first of
-// the three that this build and CPU have (LIBXSMM needs AVX2). Benchmarks and tests switch
-// between them; a switch while kernels run is not supported. false = not built in (or, for
-// xsmm, no vector kernels for this CPU).
+// product it takes (the operand read along C's unit stride laid out that way: a row-major
+// product's right operand not transposed, or copied so when it is and fits 4 MiB), in tiles
+// from xsmm_tiles; BLIS or Eigen, as below, for the rest. blis: BLIS when the build has it
+// (KTAPE_BLIS) and BLIS has kernels for this CPU (its own choice, or skx / haswell by the CPU's
+// instruction sets where BLIS 0.9 does not know the model), else Eigen's. eigen: Eigen's. The
+// default is the first of the three that this build and CPU have (LIBXSMM needs AVX2). Benchmarks
+// and tests switch between them; a switch while kernels run is not supported. false = not built in
+// (or, for xsmm, no vector kernels for this CPU).
 enum class GemmLibrary { blis, eigen, xsmm };
 GemmLibrary gemm_library();
 bool set_gemm_library(GemmLibrary lib);
@@ -159,12 +159,17 @@ std::string gemm_kernel_name(GemmLibrary lib);
 
 // LIBXSMM's split of an m x n x k product into tiles of C, a function of the shape alone (so
 // the bits do not depend on the thread count): the tile's extent along C's unit stride
-// (`unit_cols`: a row-major C) is halved until that many rows of the operand read along it fit
-// 256 KiB (the kernel reads them once per few lines of the other side), then the larger side is
-// halved (to multiples of 16, not below 32, each tile at least ~1 MFLOP) until there are 64
-// tiles, so that 16 to 64 cores have work.
+// (`unit_cols`: a row-major C) is halved until that many rows of the operand read along it, one
+// depth block deep (xsmm_depth), fit 256 KiB (the kernel reads them once per few lines of the
+// other side), then the larger side is halved (to multiples of 16, not below 64: LIBXSMM's
+// kernels for a transposed operand slow down below that, 151 against 231 GFLOP/s at 32 x 32,
+// each tile at least ~1 MFLOP) until there are 64 tiles, so that 16 to 64 cores have work. A
+// deep product (k >= 1024) with fewer than 16 such tiles cuts its depth instead (gemm_tiles).
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
                      std::size_t elem_size);
+// The depth of a LIBXSMM tile's blocks (run in order, each added into C): k below 1024, else
+// about 512 (equal blocks), so that the panels a kernel reads across the depth stay in L2.
+std::int64_t xsmm_depth(std::int64_t k);
 // How many tiles LIBXSMM's kernels have computed, since the start; 0 without it. For tests.
 std::uint64_t gemm_xsmm_tiles();
 
