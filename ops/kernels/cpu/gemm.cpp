@@ -1,7 +1,9 @@
-// The cpu GEMM (see gemm.hpp). BLIS serial when built with KTAPE_BLIS and it has kernels for
-// this CPU: 10-30 % faster than Eigen's kernel on an AVX2 machine's shapes, 1.3x on an AVX-512
-// one, and 2x on a first conv layer's thin products (bench BM_Gemm/.../<library>). Eigen's
-// otherwise, or when switched to.
+// The cpu GEMM (see gemm.hpp). LIBXSMM's kernels for the products they take when built with
+// KTAPE_XSMM and it has vector code for this CPU: no packing, 1.13-1.85x BLIS's speed at the
+// MLP's and LSTM's shapes on one thread (bench BM_Gemm/.../<0 default, 2 BLIS>). BLIS serial
+// for the rest when built with KTAPE_BLIS and it has kernels for this CPU: 10-30 % faster than
+// Eigen's kernel on an AVX2 machine's shapes, 1.3x on an AVX-512 one, and 2x on a first conv
+// layer's thin products. Eigen's otherwise, or when switched to.
 #define EIGEN_DONT_PARALLELIZE
 #include "ops/kernels/cpu/gemm.hpp"
 
@@ -144,6 +146,8 @@ bool xsmm_takes(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
 // A product this deep (a weight gradient over a long batch) whose LIBXSMM tiles are fewer than
 // kXsmmDeepTiles cuts its depth into slices instead (gemm_tiles), as many cores as the slices feed.
 constexpr std::int64_t kXsmmDeep = 1024, kXsmmDeepTiles = 16;
+// The least work of a LIBXSMM tile (about 4 us of one core's), where there is more.
+constexpr double kXsmmTaskFlops = 1 << 20;
 
 // A row-major product whose B is stored transposed (dY W^T: B's columns contiguous), small
 // enough for B to be copied row-major first (at most kXsmmCopyBytes), then run as LIBXSMM takes
@@ -232,7 +236,7 @@ std::int64_t xsmm_depth(std::int64_t k) {
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
                      std::size_t elem_size) {
   constexpr std::int64_t kMinSide = 64, kTargetTasks = 64;
-  constexpr double kPanelBytes = 256 * 1024, kMinTaskFlops = 1 << 20;
+  constexpr double kPanelBytes = 256 * 1024;
   auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
   std::int64_t& along = unit_cols ? t.cols : t.rows;
@@ -244,8 +248,8 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
   };
   while (tile_count(t, m, n) < kTargetTasks) {
     const std::int64_t r = half(t.rows), c = half(t.cols);
-    const bool can_r = r >= kMinSide && r < t.rows && flops(r, t.cols) >= kMinTaskFlops;
-    const bool can_c = c >= kMinSide && c < t.cols && flops(t.rows, c) >= kMinTaskFlops;
+    const bool can_r = r >= kMinSide && r < t.rows && flops(r, t.cols) >= kXsmmTaskFlops;
+    const bool can_c = c >= kMinSide && c < t.cols && flops(t.rows, c) >= kXsmmTaskFlops;
     if (can_r && (t.rows >= t.cols || !can_c))
       t.rows = r;
     else if (can_c)
@@ -392,6 +396,11 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
       std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
       if (space >= need + 64 && std::align(64, need, scratch, space)) bt = static_cast<T*>(scratch);
     }
+    std::vector<T> own_copy;  // no scratch given (not a Function's call): the same path, allocated
+    if (bt == nullptr && scratch == nullptr && cache == nullptr) {
+      own_copy.resize(static_cast<std::size_t>(n * k));
+      bt = own_copy.data();
+    }
     if (bt != nullptr) {
       if (!ready) parallel_transpose<T>(b.p, b.cs, n, k, bt, n);  // B^T (n x k) -> B (k x n)
       if (cache != nullptr && bt == cache->data) {
@@ -493,12 +502,22 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
       t[s] = xsmm_tiles(ms[s], n, k, parts[s].c.cs == 1, sizeof(T));
       first[s + 1] = first[s] + (ms[s] > 0 ? tile_count(t[s], ms[s], n) : 0);
     }
-    if (k < kXsmmDeep || first[count] >= kXsmmDeepTiles) {
-      parallel_slots(first[count], [&](std::int64_t tile) {
+    bool tiled = true;  // as parallel_gemm would run each part alone (the same bits)
+    for (int s = 0; s < count; ++s)
+      tiled =
+          tiled && (k < kXsmmDeep || ms[s] == 0 || tile_count(t[s], ms[s], n) >= kXsmmDeepTiles);
+    if (tiled) {
+      auto run = [&](std::int64_t tile) {
         int s = 0;
         while (tile >= first[s + 1]) ++s;
         xsmm_tile<T>(t[s], tile - first[s], ms[s], n, k, parts[s].a, b, parts[s].c, false);
-      });
+      };
+      // Small parts have a tile each: below two tasks' worth of work, one task runs them all.
+      if (2.0 * double(m) * double(n) * double(k) < 2 * kXsmmTaskFlops) {
+        for (std::int64_t tile = 0; tile < first[count]; ++tile) run(tile);
+      } else {
+        parallel_slots(first[count], run);
+      }
       return;
     }
   }

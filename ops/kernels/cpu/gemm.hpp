@@ -57,8 +57,9 @@ std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::si
 // panels or partial sums), or is null and the call allocates them.
 // The packed panels of an operand that stays unchanged for a while (a loop's weight over one
 // run of the loop): the blocked product packs it once into `data` and reuses it while the
-// operand's data pointer and `run` are those it was packed for. Owned by a step's context,
-// sized at compile by gemm_pack_cache_bytes (too small: not used).
+// operand's data pointer and `run` are those it was packed for (and `format` says BLIS's packs;
+// LIBXSMM's path keeps a row-major copy of a transposed B there, format 1, the same way). Owned by
+// a step's context, sized at compile by gemm_pack_cache_bytes (too small: not used).
 struct GemmPackCache {
   std::shared_ptr<std::byte[]> storage;
   void* data = nullptr;  // 64-byte aligned, in storage

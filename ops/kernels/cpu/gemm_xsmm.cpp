@@ -2,6 +2,7 @@
 #include "ops/kernels/cpu/gemm_xsmm.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include <libxsmm.h>
 
@@ -45,6 +46,9 @@ bool oriented(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
   }
   // C is column-major now; A must be too (a single row of it may have any stride).
   if (c.rs != 1 || (a.rs != 1 && m > 1)) return false;
+  constexpr std::int64_t kMax = std::numeric_limits<libxsmm_blasint>::max();
+  for (const std::int64_t v : {m, n, k, a.cs, b.rs, b.cs, c.cs})
+    if (v > kMax) return false;
   r.m = static_cast<libxsmm_blasint>(m);
   r.n = static_cast<libxsmm_blasint>(n);
   r.k = static_cast<libxsmm_blasint>(k);

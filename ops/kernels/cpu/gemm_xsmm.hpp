@@ -18,13 +18,14 @@ std::string kernel_name();
 
 // Whether run() takes operands of these strides: LIBXSMM's kernels read A and B transposed or
 // not, except the one that runs along C's unit stride, which must have a unit stride that way
-// too (a row-major C needs a row-major B; a weight's transpose there goes to BLIS).
+// too (a row-major C needs a row-major B; gemm.cpp copies a transposed one first where it fits).
 template <class T>
 bool takes(MatRef<const T> a, MatRef<const T> b, MatRef<T> c);
 
 // C (m x n) = A B, or C += A B, as one kernel call on the calling thread: false (C untouched)
-// when LIBXSMM has no kernel for it. Every element of C is the sum over the depth in order, in
-// one register, so an element's bits do not depend on the extent of the product it is part of.
+// when LIBXSMM has no kernel for it, or an extent or stride exceeds its 32-bit integers. The
+// bits depend on the kernel's shape (m, n, k): LIBXSMM's AVX-512 kernels do not always sum the
+// depth in order, so callers fix the shapes they call it with by the product's shape alone.
 template <class T>
 bool run(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, MatRef<const T> b,
          MatRef<T> c, bool accumulate);
