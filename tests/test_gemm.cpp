@@ -262,8 +262,8 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
   };
   // The deep products: one cut into depth slices (too few tiles), one into tiles.
   ASSERT_GT(ktape::kernels::gemm_tiles(130, 70, 1101).chunks, 1);
-  ASSERT_LT(count_tiles(ktape::kernels::xsmm_tiles(130, 70, 1101, true, 4), 130, 70), 16);
-  ASSERT_GE(count_tiles(ktape::kernels::xsmm_tiles(256, 256, 1030, true, 4), 256, 256), 16);
+  ASSERT_LT(count_tiles(ktape::kernels::xsmm_tiles(130, 70, 1101, true, 4, false), 130, 70), 16);
+  ASSERT_GE(count_tiles(ktape::kernels::xsmm_tiles(256, 256, 1030, true, 4, true), 256, 256), 16);
   for (const Case& s : {Case{37, 29, 41, false, false, false, true, true},     // X W
                         Case{37, 29, 41, true, false, false, true, true},      // X^T dY
                         Case{37, 29, 41, false, true, false, false, true},     // dY W^T: B copied
@@ -365,39 +365,42 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
         Case{3584, 512, 28}, Case{1, 1, 1}, Case{5000, 5000, 500}, Case{128, 10, 128},
         Case{64, 4096, 1000}, Case{128, 512, 3584}, Case{784, 256, 100352}}) {
     for (bool unit_cols : {true, false})
-      for (std::size_t elem : {std::size_t{4}, std::size_t{8}}) {
-        const auto t = ktape::kernels::xsmm_tiles(s.m, s.n, s.k, unit_cols, elem);
-        const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
-        const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
-                                 std::to_string(s.n) + (unit_cols ? " row-major" : " col-major") +
-                                 " " + std::to_string(elem) + " B: tiles " +
-                                 std::to_string(t.rows) + "x" + std::to_string(t.cols);
-        EXPECT_EQ(t.chunks, 1) << what;
-        EXPECT_TRUE(t.rows >= 64 || t.rows == s.m) << what;
-        EXPECT_TRUE(t.cols >= 64 || t.cols == s.n) << what;
-        EXPECT_LE(t.rows, s.m) << what;
-        EXPECT_LE(t.cols, s.n) << what;
-        const std::int64_t along = unit_cols ? t.cols : t.rows;
-        if (along > 64) {
-          EXPECT_LE(double(along) * double(ktape::kernels::xsmm_depth(s.k)) * double(elem),
-                    256.0 * 1024)
-              << what;
+      for (std::size_t elem : {std::size_t{4}, std::size_t{8}})
+        for (bool transposed : {false, true}) {
+          const std::int64_t floor = transposed ? 64 : 32;
+          const auto t = ktape::kernels::xsmm_tiles(s.m, s.n, s.k, unit_cols, elem, transposed);
+          const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
+          const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
+                                   std::to_string(s.n) + (unit_cols ? " row-major" : " col-major") +
+                                   " " + std::to_string(elem) +
+                                   (transposed ? " B, transposed" : " B") + ": tiles " +
+                                   std::to_string(t.rows) + "x" + std::to_string(t.cols);
+          EXPECT_EQ(t.chunks, 1) << what;
+          EXPECT_TRUE(t.rows >= floor || t.rows == s.m) << what;
+          EXPECT_TRUE(t.cols >= floor || t.cols == s.n) << what;
+          EXPECT_LE(t.rows, s.m) << what;
+          EXPECT_LE(t.cols, s.n) << what;
+          const std::int64_t along = unit_cols ? t.cols : t.rows;
+          if (along > floor) {
+            EXPECT_LE(double(along) * double(ktape::kernels::xsmm_depth(s.k)) * double(elem),
+                      256.0 * 1024)
+                << what;
+          }
+          // A tile of at least ~1 MFLOP, unless only the panel's fit cut it.
+          if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n)) {
+            EXPECT_GE(2.0 * double(t.rows) * double(t.cols) * double(s.k), double(1 << 20)) << what;
+          }
+          EXPECT_LE(tiles, 256) << what;
+          if (s.m == 5000) {
+            EXPECT_GE(tiles, 64) << what;
+          }
+          if (s.m == 128 && s.n == 512) {
+            EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
+          }
+          if (s.m == 128 && s.n == 128 && s.k == 256) {
+            EXPECT_GE(tiles, 4) << what;  // the MLP's second layer: both of two cores
+          }
         }
-        // A tile of at least ~1 MFLOP, unless only the panel's fit cut it.
-        if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n)) {
-          EXPECT_GE(2.0 * double(t.rows) * double(t.cols) * double(s.k), double(1 << 20)) << what;
-        }
-        EXPECT_LE(tiles, 256) << what;
-        if (s.m == 5000) {
-          EXPECT_GE(tiles, 64) << what;
-        }
-        if (s.m == 128 && s.n == 512) {
-          EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
-        }
-        if (s.m == 128 && s.n == 128 && s.k == 256) {
-          EXPECT_GE(tiles, 4) << what;  // the MLP's second layer: both of two cores
-        }
-      }
   }
 }
 

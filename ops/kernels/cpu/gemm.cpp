@@ -143,6 +143,13 @@ bool xsmm_takes(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
 #endif
 }
 
+// Whether LIBXSMM reads the operand across C's unit stride transposed (A of a row-major C,
+// stored column-major: X^T dY), where its kernels need tiles of 64 or more (xsmm_tiles).
+template <class T>
+bool xsmm_transposed(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
+  return c.rs != 1 ? a.cs != 1 : b.rs != 1;
+}
+
 // A product this deep (a weight gradient over a long batch) whose LIBXSMM tiles are fewer than
 // kXsmmDeepTiles cuts its depth into slices instead (gemm_tiles), as many cores as the slices feed.
 constexpr std::int64_t kXsmmDeep = 1024, kXsmmDeepTiles = 16;
@@ -234,8 +241,9 @@ std::int64_t xsmm_depth(std::int64_t k) {
 }
 
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
-                     std::size_t elem_size) {
-  constexpr std::int64_t kMinSide = 64, kTargetTasks = 64;
+                     std::size_t elem_size, bool transposed) {
+  constexpr std::int64_t kTargetTasks = 64;
+  const std::int64_t kMinSide = transposed ? 64 : 32;
   constexpr double kPanelBytes = 256 * 1024;
   auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
@@ -274,7 +282,7 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
     return;
   }
   if (xsmm_takes<T>(a, b, c)) {
-    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
+    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
     for (std::int64_t tile = 0, count = tile_count(t, m, n); tile < count; ++tile)
       xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate);
     return;
@@ -373,11 +381,12 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   // below, each on LIBXSMM's kernels (gemm()).
   auto enough_tiles = [&](bool unit_cols) {
     return k < kXsmmDeep ||
-           tile_count(xsmm_tiles(m, n, k, unit_cols, sizeof(T)), m, n) >= kXsmmDeepTiles;
+           tile_count(xsmm_tiles(m, n, k, unit_cols, sizeof(T), xsmm_transposed(a, b, c)), m, n) >=
+               kXsmmDeepTiles;
   };
   const bool xsmm = k > 0 && xsmm_takes<T>(a, b, c);
   if (xsmm && enough_tiles(c.cs == 1)) {
-    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T));
+    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
     parallel_slots(tile_count(t, m, n),
                    [&](std::int64_t tile) { xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate); });
     return;
@@ -409,7 +418,7 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
         cache->format = 1;
       }
       const MatRef<const T> bc{bt, n, 1};
-      const GemmTiles t = xsmm_tiles(m, n, k, true, sizeof(T));
+      const GemmTiles t = xsmm_tiles(m, n, k, true, sizeof(T), xsmm_transposed(a, bc, c));
       parallel_slots(tile_count(t, m, n), [&](std::int64_t tile) {
         xsmm_tile<T>(t, tile, m, n, k, a, bc, c, accumulate);
       });
@@ -499,7 +508,8 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
     GemmTiles t[kMaxGemmParts];
     std::int64_t first[kMaxGemmParts + 1] = {0};
     for (int s = 0; s < count; ++s) {
-      t[s] = xsmm_tiles(ms[s], n, k, parts[s].c.cs == 1, sizeof(T));
+      t[s] = xsmm_tiles(ms[s], n, k, parts[s].c.cs == 1, sizeof(T),
+                        xsmm_transposed(parts[s].a, b, parts[s].c));
       first[s + 1] = first[s] + (ms[s] > 0 ? tile_count(t[s], ms[s], n) : 0);
     }
     bool tiled = true;  // as parallel_gemm would run each part alone (the same bits)

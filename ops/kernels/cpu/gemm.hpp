@@ -162,12 +162,13 @@ std::string gemm_kernel_name(GemmLibrary lib);
 // the bits do not depend on the thread count): the tile's extent along C's unit stride
 // (`unit_cols`: a row-major C) is halved until that many rows of the operand read along it, one
 // depth block deep (xsmm_depth), fit 256 KiB (the kernel reads them once per few lines of the
-// other side), then the larger side is halved (to multiples of 16, not below 64: LIBXSMM's
-// kernels for a transposed operand slow down below that, 151 against 231 GFLOP/s at 32 x 32,
-// each tile at least ~1 MFLOP) until there are 64 tiles, so that 16 to 64 cores have work. A
+// other side), then the larger side is halved (to multiples of 16, not below 32, or 64 where
+// LIBXSMM reads the operand across C's unit stride `transposed`: its kernels for that slow down
+// below 64, 151 against 231 GFLOP/s at 32 x 32; each tile at least ~1 MFLOP) until there are 64
+// tiles, so that 16 to 64 cores have work. A
 // deep product (k >= 1024) with fewer than 16 such tiles cuts its depth instead (gemm_tiles).
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
-                     std::size_t elem_size);
+                     std::size_t elem_size, bool transposed);
 // The depth of a LIBXSMM tile's blocks (run in order, each added into C): k below 1024, else
 // about 512 (equal blocks), so that the panels a kernel reads across the depth stay in L2.
 std::int64_t xsmm_depth(std::int64_t k);
