@@ -289,47 +289,50 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
 // row-major, into the scratch, or into a loop's kept cache, where the copy serves the whole run
 // (a changed B within one run is not seen: the loop's static does not change) and is made again
 // for a new run, and never mistaken for BLIS's packs in the same cache, nor they for it.
-TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
-  if (!ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) GTEST_SKIP() << "no LIBXSMM here";
-  const UseLibrary use(GemmLibrary::xsmm);
-  const std::int64_t m = 70, n = 90, k = 130;
+// In float and double, with B^T's rows padded (a leading dimension past k).
+template <class T>
+void check_transposed_b_copy() {
+  const std::int64_t m = 70, n = 90, k = 130, ld = k + 3;
+  const std::string type = sizeof(T) == 4 ? "float" : "double";
   std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> a(m * k), bt(n * k);  // B = bt^T, bt row-major (n x k)
-  for (auto& v : a) v = u(rng);
-  for (auto& v : bt) v = u(rng);
-  // The oracle in double; float's error bound as check_product's.
-  auto check = [&](const std::vector<float>& c, const char* what) {
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> a(m * k), bt(n * ld);  // B = bt^T, bt row-major (n x k, row stride ld)
+  for (auto& v : a) v = static_cast<T>(u(rng));
+  for (auto& v : bt) v = static_cast<T>(u(rng));
+  // The oracle in long double; T's error bound as check_product's.
+  auto check = [&](const std::vector<T>& c, const std::string& what) {
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
-        double s = 0, mag = 0;
+        long double s = 0, mag = 0;
         for (std::int64_t p = 0; p < k; ++p) {
-          s += double(a[i * k + p]) * double(bt[j * k + p]);
-          mag += std::fabs(double(a[i * k + p]) * double(bt[j * k + p]));
+          const long double t = static_cast<long double>(a[i * k + p]) * bt[j * ld + p];
+          s += t;
+          mag += std::fabs(t);
         }
-        ASSERT_NEAR(c[i * n + j], s, (k + 1) * 1.2e-7 * mag)
-            << what << " (" << i << ", " << j << ")";
+        ASSERT_NEAR(static_cast<double>(c[i * n + j]), static_cast<double>(s),
+                    static_cast<double>((k + 1) * std::numeric_limits<T>::epsilon() * mag))
+            << type << " " << what << " (" << i << ", " << j << ")";
       }
   };
-  std::vector<std::byte> scratch(ktape::kernels::parallel_gemm_scratch(m, n, k, 4));
+  std::vector<std::byte> scratch(ktape::kernels::parallel_gemm_scratch(m, n, k, sizeof(T)));
   auto product = [&](const ktape::kernels::GemmKeep* keep) {
-    std::vector<float> c(m * n, std::numeric_limits<float>::quiet_NaN());
-    ktape::kernels::parallel_gemm<float>(m, n, k, {a.data(), k, 1}, {bt.data(), 1, k},
-                                         {c.data(), n, 1}, false, scratch.data(), keep);
+    std::vector<T> c(m * n, std::numeric_limits<T>::quiet_NaN());
+    ktape::kernels::parallel_gemm<T>(m, n, k, {a.data(), k, 1}, {bt.data(), 1, ld},
+                                     {c.data(), n, 1}, false, scratch.data(), keep);
     return c;
   };
   std::uint64_t tiles = ktape::kernels::gemm_xsmm_tiles();
   check(product(nullptr), "scratch");
-  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << "not run on LIBXSMM";
-  ktape::kernels::GemmPackCache cache =
-      ktape::kernels::make_gemm_pack_cache(ktape::kernels::gemm_pack_cache_bytes(m, n, k, 4, 1));
+  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << type << ": not run on LIBXSMM";
+  ktape::kernels::GemmPackCache cache = ktape::kernels::make_gemm_pack_cache(
+      ktape::kernels::gemm_pack_cache_bytes(m, n, k, sizeof(T), 1));
   ktape::kernels::GemmKeep keep{nullptr, &cache, 1};
-  const std::vector<float> first = product(&keep);
+  const std::vector<T> first = product(&keep);
   check(first, "kept, run 1");
   for (auto& v : bt) v = -v;
   tiles = ktape::kernels::gemm_xsmm_tiles();
-  EXPECT_EQ(product(&keep), first) << "run 1 again: the kept copy of the old B";
-  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << "not run on LIBXSMM";
+  EXPECT_EQ(product(&keep), first) << type << " run 1 again: the kept copy of the old B";
+  EXPECT_GT(ktape::kernels::gemm_xsmm_tiles(), tiles) << type << ": not run on LIBXSMM";
   keep.run = 2;
   check(product(&keep), "kept, run 2");
   for (auto& v : bt) v = -v;
@@ -343,6 +346,13 @@ TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
     for (auto& v : bt) v = -v;
   }
   ktape::kernels::set_gemm_library(GemmLibrary::xsmm);
+}
+
+TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
+  if (!ktape::kernels::set_gemm_library(GemmLibrary::xsmm)) GTEST_SKIP() << "no LIBXSMM here";
+  const UseLibrary use(GemmLibrary::xsmm);
+  check_transposed_b_copy<float>();
+  check_transposed_b_copy<double>();
 }
 
 TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
@@ -369,7 +379,7 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
         for (bool transposed : {false, true}) {
           const std::int64_t floor = transposed ? 64 : 32;
           const auto t = ktape::kernels::xsmm_tiles(s.m, s.n, s.k, unit_cols, elem, transposed);
-          const std::int64_t tiles = ((s.m + t.rows - 1) / t.rows) * ((s.n + t.cols - 1) / t.cols);
+          const std::int64_t tiles = count_tiles(t, s.m, s.n);
           const std::string what = std::to_string(s.m) + "x" + std::to_string(s.k) + "x" +
                                    std::to_string(s.n) + (unit_cols ? " row-major" : " col-major") +
                                    " " + std::to_string(elem) +

@@ -97,23 +97,17 @@ void eigen(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Ma
 constexpr int kDefault = -1;
 std::atomic<int> g_library{kDefault};
 
-bool blis_usable() {
+// Whether each library is built in and has kernels for this CPU (asked once).
 #if KTAPE_BLIS
-  static const bool ok = blis::has_kernels();
-  return ok;
+bool blis_usable() { return blis::has_kernels(); }
 #else
-  return false;
+bool blis_usable() { return false; }
 #endif
-}
-
-bool xsmm_usable() {
 #if KTAPE_XSMM
-  static const bool ok = xsmm::available();
-  return ok;
+bool xsmm_usable() { return xsmm::available(); }
 #else
-  return false;
+bool xsmm_usable() { return false; }
 #endif
-}
 
 GemmLibrary default_library() {
   return xsmm_usable() ? GemmLibrary::xsmm : blis_usable() ? GemmLibrary::blis : GemmLibrary::eigen;
@@ -153,8 +147,8 @@ bool xsmm_transposed(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
 // A product this deep (a weight gradient over a long batch) whose LIBXSMM tiles are fewer than
 // kXsmmDeepTiles cuts its depth into slices instead (gemm_tiles), as many cores as the slices feed.
 constexpr std::int64_t kXsmmDeep = 1024, kXsmmDeepTiles = 16;
-// The least work of a LIBXSMM tile (about 4 us of one core's), where there is more.
-constexpr double kXsmmTaskFlops = 1 << 20;
+// The least work of a tile (about 4 us of one core's on LIBXSMM), where there is more.
+constexpr double kMinTileFlops = 1 << 20;
 
 // A row-major product whose B is stored transposed (dY W^T: B's columns contiguous), small
 // enough for B to be copied row-major first (at most kXsmmCopyBytes), then run as LIBXSMM takes
@@ -231,6 +225,27 @@ std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
   return ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols);
 }
 
+// Half of a tile's side, rounded up to a multiple of 16.
+std::int64_t half_side(std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; }
+
+// Halves t's larger side (the other where that one cannot go) while tasks() < target: to
+// half_side, not below min_side, each tile keeping kMinTileFlops as flops(rows, cols) counts.
+template <class Tasks, class Flops>
+void halve_sides(GemmTiles& t, std::int64_t min_side, std::int64_t target, Tasks&& tasks,
+                 Flops&& flops) {
+  while (tasks() < target) {
+    const std::int64_t r = half_side(t.rows), c = half_side(t.cols);
+    const bool can_r = r >= min_side && r < t.rows && flops(r, t.cols) >= kMinTileFlops;
+    const bool can_c = c >= min_side && c < t.cols && flops(t.rows, c) >= kMinTileFlops;
+    if (can_r && (t.rows >= t.cols || !can_c))
+      t.rows = r;
+    else if (can_c)
+      t.cols = c;
+    else
+      break;
+  }
+}
+
 }  // namespace
 
 std::int64_t xsmm_depth(std::int64_t k) {
@@ -245,26 +260,14 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
   constexpr std::int64_t kTargetTasks = 64;
   const std::int64_t kMinSide = transposed ? 64 : 32;
   constexpr double kPanelBytes = 256 * 1024;
-  auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
   std::int64_t& along = unit_cols ? t.cols : t.rows;
   const double depth = static_cast<double>(xsmm_depth(k));
   while (along > kMinSide && double(along) * depth * double(elem_size) > kPanelBytes)
-    along = std::max(kMinSide, half(along));
-  auto flops = [&](std::int64_t r, std::int64_t c) {
-    return 2.0 * double(r) * double(c) * double(k);
-  };
-  while (tile_count(t, m, n) < kTargetTasks) {
-    const std::int64_t r = half(t.rows), c = half(t.cols);
-    const bool can_r = r >= kMinSide && r < t.rows && flops(r, t.cols) >= kXsmmTaskFlops;
-    const bool can_c = c >= kMinSide && c < t.cols && flops(t.rows, c) >= kXsmmTaskFlops;
-    if (can_r && (t.rows >= t.cols || !can_c))
-      t.rows = r;
-    else if (can_c)
-      t.cols = c;
-    else
-      break;
-  }
+    along = std::max(kMinSide, half_side(along));
+  halve_sides(
+      t, kMinSide, kTargetTasks, [&] { return tile_count(t, m, n); },
+      [&](std::int64_t r, std::int64_t c) { return 2.0 * double(r) * double(c) * double(k); });
   return t;
 }
 
@@ -303,8 +306,6 @@ std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::si
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
   constexpr std::int64_t kMinSide = 64, kDeepSide = 128, kTargetTasks = 64;
   constexpr std::int64_t kDeep = 1024, kMinChunk = 512, kDeepTasks = 16;
-  constexpr double kMinTaskFlops = 1 << 20;
-  auto half = [](std::int64_t s) { return ((s + 1) / 2 + 15) / 16 * 16; };
   auto count = [](std::int64_t total, std::int64_t part) { return (total + part - 1) / part; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
   auto flops = [&](std::int64_t r, std::int64_t c, std::int64_t chunks) {
@@ -312,28 +313,19 @@ GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
            static_cast<double>(count(k, chunks));
   };
   auto tasks = [&] { return count(m, t.rows) * count(n, t.cols) * t.chunks; };
-  auto halve_sides = [&](std::int64_t min_side, std::int64_t target) {
-    while (tasks() < target) {
-      const std::int64_t r = half(t.rows), c = half(t.cols);
-      const bool can_r = r >= min_side && r < t.rows && flops(r, t.cols, t.chunks) >= kMinTaskFlops;
-      const bool can_c = c >= min_side && c < t.cols && flops(t.rows, c, t.chunks) >= kMinTaskFlops;
-      if (can_r && (t.rows >= t.cols || !can_c))
-        t.rows = r;
-      else if (can_c)
-        t.cols = c;
-      else
-        break;
-    }
+  auto halve = [&](std::int64_t min_side, std::int64_t target) {
+    halve_sides(t, min_side, target, tasks,
+                [&](std::int64_t r, std::int64_t c) { return flops(r, c, t.chunks); });
   };
   if (k < kDeep) {
-    halve_sides(kMinSide, kTargetTasks);
+    halve(kMinSide, kTargetTasks);
     return t;
   }
-  halve_sides(kDeepSide, kTargetTasks);
+  halve(kDeepSide, kTargetTasks);
   while (tasks() < kTargetTasks && k / (2 * t.chunks) >= kMinChunk &&
-         flops(t.rows, t.cols, 2 * t.chunks) >= kMinTaskFlops)
+         flops(t.rows, t.cols, 2 * t.chunks) >= kMinTileFlops)
     t.chunks *= 2;
-  halve_sides(kMinSide, kDeepTasks);
+  halve(kMinSide, kDeepTasks);
   return t;
 }
 
@@ -523,7 +515,7 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
         xsmm_tile<T>(t[s], tile - first[s], ms[s], n, k, parts[s].a, b, parts[s].c, false);
       };
       // Small parts have a tile each: below two tasks' worth of work, one task runs them all.
-      if (2.0 * double(m) * double(n) * double(k) < 2 * kXsmmTaskFlops) {
+      if (2.0 * double(m) * double(n) * double(k) < 2 * kMinTileFlops) {
         for (std::int64_t tile = 0; tile < first[count]; ++tile) run(tile);
       } else {
         parallel_slots(first[count], run);
