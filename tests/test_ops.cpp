@@ -1,17 +1,21 @@
 // Semantics of the K:: ops beyond one op's values: dropout statistics and seeds, variables and
 // their values, dtype defaults, random sources and seeds, placeholders, predicates, uids, the
-// learning phase and print_tensor. The forward values and errors of each op are rows of
-// tests/op_rows (run by tests/test_op_rows.cpp). Every expected value is independent of ktape.
+// learning phase and print_tensor; the float exp of the softmax kernels. The forward values and
+// errors of each op are rows of tests/op_rows (run by tests/test_op_rows.cpp). Every expected value
+// is independent of ktape.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "ktape/ktape.hpp"
 #include "op_rows/op_row.hpp"
+#include "ops/kernels/softmax.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -433,4 +437,67 @@ TEST(PrintTensor, PrintsAlsoWhenOnlyItsShapeIsRead) {
   const std::string log = testing::internal::GetCapturedStderr();
   EXPECT_EQ(out[0].item(1), 1.0);
   EXPECT_NE(log.find("shape only: "), std::string::npos) << log;
+}
+
+// The softmax family's float exp (ops/kernels/softmax.hpp): against e^x computed in double and
+// rounded once to float (an independent value), at a spread of bit patterns over the whole
+// range where it is neither 0 nor inf, and at the edges.
+namespace {
+
+std::int64_t ulps_apart(float a, float b) {  // both finite and of one sign, or both zero
+  return std::abs(static_cast<std::int64_t>(std::bit_cast<std::int32_t>(a)) -
+                  static_cast<std::int64_t>(std::bit_cast<std::int32_t>(b)));
+}
+
+float exp_rounded(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+
+}  // namespace
+
+TEST(SoftmaxExp, WithinOneUlpOfTheRoundedValue) {
+  std::int64_t checked = 0, worst = 0;
+  float worst_x = 0;
+  for (std::uint32_t b = 0; b < 0xFFFF0000u; b += 9973) {  // every 9973rd pattern
+    const float x = std::bit_cast<float>(b);
+    if (!(x >= -103.0f && x <= 88.7f)) continue;  // NaN and the ends: below
+    const std::int64_t d = ulps_apart(ktape::kernels::exp_float(x), exp_rounded(x));
+    if (d > worst) worst = d, worst_x = x;
+    ++checked;
+  }
+  EXPECT_GT(checked, 200000);
+  EXPECT_LE(worst, 1) << "at x = " << worst_x;
+}
+
+TEST(SoftmaxExp, EdgesAndSpecialValues) {
+  using ktape::kernels::exp_float;
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(exp_float(0.0f), 1.0f);
+  EXPECT_EQ(exp_float(-0.0f), 1.0f);
+  EXPECT_EQ(exp_float(-inf), 0.0f);
+  EXPECT_EQ(exp_float(inf), inf);
+  EXPECT_EQ(exp_float(88.73f), inf);  // e^88.7228 is FLT_MAX
+  EXPECT_EQ(exp_float(1e30f), inf);
+  EXPECT_TRUE(std::isfinite(exp_float(88.72f)));
+  EXPECT_LE(ulps_apart(exp_float(88.72f), exp_rounded(88.72f)), 1);
+  EXPECT_TRUE(std::isnan(exp_float(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_EQ(exp_float(-104.0f), 0.0f);  // e^-104 = 6.8e-46, under half the least denormal
+  EXPECT_EQ(exp_float(-1e30f), 0.0f);
+  for (float x : {-87.5f, -90.0f, -95.5f, -100.0f, -103.0f}) {  // denormal results
+    EXPECT_GT(exp_float(x), 0.0f) << x;
+    EXPECT_LE(ulps_apart(exp_float(x), exp_rounded(x)), 1) << x;
+  }
+}
+
+// A loop of it (vectorized in the kernels' builds) gives every value the bits of one call alone.
+TEST(SoftmaxExp, SameBitsInALoopAsOneByOne) {
+  std::vector<float> x(4099);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = -100.0f + 188.0f * static_cast<float>(i) / static_cast<float>(x.size());
+  std::vector<float> e = x;
+  ktape::kernels::softmax_exps(e.data(), static_cast<std::int64_t>(e.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    volatile float xi = x[i];  // one call at a time
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(e[i]),
+              std::bit_cast<std::uint32_t>(ktape::kernels::exp_float(xi)))
+        << "x = " << x[i];
+  }
 }

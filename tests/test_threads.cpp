@@ -202,6 +202,47 @@ TEST(Threads, TheGrainPolicyCutsEvenChunksAtAnyThreadCount) {
     }
 }
 
+// Rows longer than the softmax kernels' block of exps (2,048 values: ops/kernels/softmax.hpp)
+// take another path, row by row: softmax, log-softmax (a crossentropy from logits) and the sparse
+// crossentropy over 3,000 classes give the reference's bits too, and sum to what they should.
+TEST(Threads, SoftmaxLongRowsGiveTheReferenceBits) {
+  const NDArray xv = pattern({6, 3000}, 9.0);
+  NDArray tv(Shape{6}, DType::int32);
+  for (std::int64_t i = 0; i < tv.size(); ++i)
+    tv.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 499);
+  auto run = [&](const char* backend, int threads) {
+    std::vector<NDArray> out;
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      K::clear_session();
+      auto x = K::placeholder({K::None, 3000});
+      auto t = K::placeholder({K::None}, {.dtype = "int32"});
+      const std::vector<Tensor> outs{
+          K::softmax(x), K::categorical_crossentropy(K::softmax(x), x, {.from_logits = true}),
+          K::sparse_categorical_crossentropy(t, x, {.from_logits = true})};
+      auto f = K::function({x, t}, outs, {}, {.backend = backend});
+      out = f({xv, tv});
+    });
+    return out;
+  };
+  const auto ref = run("reference", 1);
+  for (int threads : {1, 2}) {
+    const auto cpu = run("cpu", threads);
+    for (std::size_t k = 0; k < ref.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
+          << "output " << k << " at " << threads << " threads";
+  }
+  for (std::int64_t r = 0; r < 6; ++r) {  // against sums in double
+    double mx = -1e300, s = 0.0, total = 0.0;
+    for (std::int64_t j = 0; j < 3000; ++j) mx = std::max(mx, xv.item(r * 3000 + j));
+    for (std::int64_t j = 0; j < 3000; ++j) s += std::exp(xv.item(r * 3000 + j) - mx);
+    for (std::int64_t j = 0; j < 3000; ++j) total += ref[0].item(r * 3000 + j);
+    EXPECT_NEAR(total, 1.0, 1e-5) << r;
+    const double ce = mx + std::log(s) - xv.item(r * 3000 + r * 499);
+    EXPECT_NEAR(ref[2].item(r), ce, 1e-5 * ce) << r;
+  }
+}
+
 // Softmax (over the last axis and over a middle one), log-softmax (in a crossentropy from logits
 // over the middle axis) and the sparse softmax
 // cross-entropy split their rows over threads on the cpu backend: the same bits as the serial

@@ -25,6 +25,7 @@ void softmax_kernel(const KernelCall& c) {
   parallel_for(
       outer * inner, static_cast<double>(n) * kSoftmaxCost,
       [&](std::int64_t r0, std::int64_t r1) {
+        if (inner == 1) return softmax_rows<T, Log>(x + r0 * n, y + r0 * n, r1 - r0, n);
         for (std::int64_t r = r0; r < r1; ++r) {
           const std::int64_t base = (r / inner) * n * inner + r % inner;
           softmax_row<T, Log>(x + base, y + base, n, inner);
@@ -44,8 +45,8 @@ void sparse_softmax_ce_kernel(const KernelCall& c) {
   parallel_for(
       c.out.size, static_cast<double>(n_cls) * kSoftmaxCost,
       [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t r = r0; r < r1; ++r)
-          y[r] = sparse_softmax_ce_row(z + r * n_cls, n_cls, read_index(c.in[0], r));
+        sparse_softmax_ce_rows(z + r0 * n_cls, y + r0, r1 - r0, n_cls,
+                               [&](std::int64_t r) { return read_index(c.in[0], r0 + r); });
       },
       /*align=*/1);
 }

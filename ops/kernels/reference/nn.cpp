@@ -46,6 +46,7 @@ void softmax_kernel(const KernelCall& c) {
   split_axis(in.dims, in.ndim, attrs::Axis::of(*c.attrs).axis, outer, n, inner);
   const T* x = ptr<T>(in);
   T* y = ptr<T>(c.out);
+  if (inner == 1) return softmax_rows<T, Log>(x, y, outer, n);
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t k = 0; k < inner; ++k) {
       const std::int64_t base = o * n * inner + k;
@@ -60,8 +61,8 @@ void sparse_softmax_ce_kernel(const KernelCall& c) {
   const std::int64_t n_cls = logits.dims[logits.ndim - 1];
   const T* z = ptr<T>(logits);
   T* y = ptr<T>(c.out);
-  for (std::int64_t r = 0; r < c.out.size; ++r)
-    y[r] = sparse_softmax_ce_row(z + r * n_cls, n_cls, sparse_ce_label(c.in[0], r, n_cls));
+  sparse_softmax_ce_rows(z, y, c.out.size, n_cls,
+                         [&](std::int64_t r) { return sparse_ce_label(c.in[0], r, n_cls); });
 }
 
 template <class T>
