@@ -501,3 +501,36 @@ TEST(SoftmaxExp, SameBitsInALoopAsOneByOne) {
         << "x = " << x[i];
   }
 }
+
+// The gradient of clip passes where lo <= x <= hi, the bounds included (as TF's clip_by_value
+// gradient): float(0.1) lies above the bound 0.1 and the float just below it does not. The cpu
+// kernel compares as the reference does (in double), so where a bound is not a float (0.7) both
+// backends agree on the float nearest it.
+TEST(Clip, GradientPassesAtTheBoundsOnEveryBackend) {
+  for (const char* dtype : {"float32", "float64"}) {
+    const DType dt = std::string(dtype) == "float32" ? DType::float32 : DType::float64;
+    auto as_dtype = [&](double v) {
+      return dt == DType::float32 ? static_cast<double>(static_cast<float>(v)) : v;
+    };
+    std::vector<NDArray> seventh;
+    for (const char* backend : {"cpu", "reference"}) {
+      K::clear_session();
+      auto x = K::placeholder({5}, {.dtype = dtype});
+      auto grad = [&](double lo, double hi) {
+        return K::gradients(K::sum(K::clip(x, lo, hi)), {x})[0];
+      };
+      auto f = K::function({x}, {grad(-0.5, 0.75), grad(0.1, 1.0), grad(0.7, 1.0)}, {},
+                           {.backend = backend});
+      const auto out = f({arr({-1.0, -0.5, 0.25, 0.75, 2.0}, Shape{5}, dt)});
+      EXPECT_TRUE(Close(out[0], {0, 1, 1, 1, 0}, Shape{5}, 0, 0)) << backend << " " << dtype;
+      const double below = dt == DType::float32 ? static_cast<double>(std::nextafter(0.1f, 0.0f))
+                                                : std::nextafter(0.1, 0.0);
+      const auto near = f({arr({as_dtype(0.1), below, 1.0, 1.5, 0.5}, Shape{5}, dt)});
+      EXPECT_TRUE(Close(near[1], {1, 0, 1, 0, 1}, Shape{5}, 0, 0)) << backend << " " << dtype;
+      seventh.push_back(
+          f({arr({as_dtype(0.7), as_dtype(0.7000001), 0.9, 1.0, 0.6999999}, Shape{5}, dt)})[2]);
+    }
+    for (std::int64_t i = 0; i < 5; ++i)
+      EXPECT_EQ(seventh[0].item(i), seventh[1].item(i)) << dtype << " element " << i;
+  }
+}

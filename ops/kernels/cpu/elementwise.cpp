@@ -1,5 +1,6 @@
-// cpu elementwise kernels: flat parallel loops for same-shape, scalar and trailing-broadcast
-// (bias) operands; Eigen's vectorised exp/log/tanh; the generic strided loop otherwise.
+// cpu elementwise kernels: flat parallel loops for same-shape, scalar, trailing-broadcast (bias),
+// column and outer ((rows, 1) against (w)) operands; Eigen's vectorised exp/log/tanh; the generic
+// strided loop otherwise.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
@@ -79,6 +80,19 @@ void binary_fast(const KernelCall& c, F f) {
     parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
       for (std::int64_t r = r0; r < r1; ++r)
         for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[r], pb[r * w + j]);
+    });
+  } else if (is_column(a, c.out) && b.size == c.out.dims[1] &&
+             is_suffix(b, c.out)) {  // (rows, 1) against (w): an outer broadcast
+    const std::int64_t w = c.out.dims[1], rows = c.out.dims[0];
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[r], pb[j]);
+    });
+  } else if (is_column(b, c.out) && a.size == c.out.dims[1] && is_suffix(a, c.out)) {
+    const std::int64_t w = c.out.dims[1], rows = c.out.dims[0];
+    parallel_for(rows, static_cast<double>(w), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r)
+        for (std::int64_t j = 0; j < w; ++j) y[r * w + j] = f(pa[j], pb[r]);
     });
   } else {
     binary<T, T, TO>(c, f);
@@ -162,6 +176,16 @@ void relu_grad_kernel(const KernelCall& c) {
     binary_fast<T>(c, ReluGradPlainF{});
   else
     binary_fast<T>(c, ReluGradF{f.alpha, f.max_value, f.threshold});
+}
+// ClipGrad(x, g): g where lo <= x <= hi, else 0, compared in double as the reference does.
+template <class T>
+void clip_grad_kernel(const KernelCall& c) {
+  const auto clip = attrs::Clip::of(*c.attrs);
+  const double lo = clip.lo, hi = clip.hi;
+  binary_fast<T>(c, [lo, hi](T x, T g) {
+    const double v = static_cast<double>(x);
+    return v >= lo && v <= hi ? g : T(0);
+  });
 }
 template <class T>
 void clip_kernel(const KernelCall& c) {
@@ -249,6 +273,7 @@ void register_float(Backend& b) {
   b.set(Op::Relu, dt, &relu_kernel<T>);
   b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);
   b.set(Op::Clip, dt, &clip_kernel<T>);
+  b.set(Op::ClipGrad, dt, &clip_grad_kernel<T>);
   b.set(Op::Neg, dt, &neg_kernel<T>);
   b.set(Op::Square, dt, &square_kernel<T>);
   b.set(Op::AddN, dt, &add_n_kernel<T>);
