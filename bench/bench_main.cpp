@@ -19,6 +19,7 @@
 //     policy at work)
 //   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
 //   BM_Softmax/<0 cpu, 1 reference>/<threads>: softmax of (4096, 1000)
+//   BM_LearningPhaseSwitch/<0 cpu, 1 reference>/<threads>: K::in_train_phase over (128, 13, 13, 64)
 //   BM_Reduce/<axis, 2 = K::sum of all>/<0 cpu, 1 reference>/<threads>: K::max over one axis of
 //     (4096, 1000), or the sum of all of it
 //   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
@@ -330,6 +331,30 @@ void BM_Softmax(benchmark::State& state) {
 BENCHMARK(BM_Softmax)
     ->ArgsProduct({{0, 1}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// K::in_train_phase(x * 2, y) on (128, 13, 13, 64) activations, fed the learning phase 1 (the
+// select a dropout layer builds), on the cpu backend or the serial reference one.
+void BM_LearningPhaseSwitch(benchmark::State& state) {
+  const int be = static_cast<int>(state.range(0));
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  auto x = K::placeholder({K::None, 13, 13, 64});
+  auto y = K::placeholder({K::None, 13, 13, 64});
+  const auto f = K::function({x, y, K::learning_phase()}, {K::in_train_phase(x * 2.0, y)}, {},
+                             {.backend = backend_name(be)});
+  std::vector<NDArray> ins{NDArray::full(Shape{128, 13, 13, 64}, 0.5),
+                           NDArray::full(Shape{128, 13, 13, 64}, 0.25),
+                           NDArray::full(Shape{}, 1.0)},
+      outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * 128 * 13 * 13 * 64);
+  state.SetLabel(std::string(backend_name(be)) + ", " +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_LearningPhaseSwitch)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 
 // K::max over axis 0 or 1 of (4096, 1000), or (2) K::sum of all of it, on the cpu backend (split

@@ -534,3 +534,37 @@ TEST(Clip, GradientPassesAtTheBoundsOnEveryBackend) {
       EXPECT_EQ(seventh[0].item(i), seventh[1].item(i)) << dtype << " element " << i;
   }
 }
+
+// K::switch_ on both backends, by hand: a condition of one value picks one operand whole (or its
+// one value, filled), a full condition picks element by element with either branch a single value.
+TEST(Switch, PicksOperandsOfEveryShape) {
+  for (const char* backend : {"cpu", "reference"}) {
+    K::clear_session();
+    auto x = K::placeholder({6});
+    auto c = K::placeholder(Shape{});
+    auto cv = K::placeholder({6});
+    auto f =
+        K::function({x, c, cv},
+                    {K::switch_(c, x * 2.0, x), K::switch_(c, K::constant(7.0), x),
+                     K::switch_(cv, x, K::constant(-1.0)), K::switch_(cv, K::constant(5.0), x)},
+                    {}, {.backend = backend});
+    const NDArray xv = arr({1, 2, 3, 4, 5, 6}, Shape{6});
+    const NDArray pick = arr({1, 0, 1, 0, 0, 1}, Shape{6});
+    for (double cond : {1.0, 0.0}) {
+      const auto out = f({xv, arr({cond}, Shape{}), pick});
+      const bool on = cond != 0.0;
+      EXPECT_TRUE(Close(
+          out[0],
+          on ? std::vector<double>{2, 4, 6, 8, 10, 12} : std::vector<double>{1, 2, 3, 4, 5, 6},
+          Shape{6}, 0, 0))
+          << backend << " " << cond;
+      EXPECT_TRUE(
+          Close(out[1],
+                on ? std::vector<double>{7, 7, 7, 7, 7, 7} : std::vector<double>{1, 2, 3, 4, 5, 6},
+                Shape{6}, 0, 0))
+          << backend << " " << cond;
+      EXPECT_TRUE(Close(out[2], {1, -1, 3, -1, -1, 6}, Shape{6}, 0, 0)) << backend;
+      EXPECT_TRUE(Close(out[3], {5, 2, 5, 4, 5, 5}, Shape{6}, 0, 0)) << backend;
+    }
+  }
+}

@@ -24,6 +24,22 @@ void binary(const KernelCall& c, F f) {
   });
 }
 
+// Select: out = cond ? a : b (in = cond (bool), a, b), every operand broadcast to out.
+template <class T>
+void select_strided(const KernelCall& c) {
+  const int r = c.out.ndim;
+  std::int64_t sc[kMaxRank], sa[kMaxRank], sb[kMaxRank];
+  broadcast_strides(c.in[0], r, c.out.dims, sc);
+  broadcast_strides(c.in[1], r, c.out.dims, sa);
+  broadcast_strides(c.in[2], r, c.out.dims, sb);
+  const bool* pc = ptr<bool>(c.in[0]);
+  const T* pa = ptr<T>(c.in[1]);
+  const T* pb = ptr<T>(c.in[2]);
+  T* out = ptr<T>(c.out);
+  strided_walk<3>(c.out.dims, r, c.out.size, {sc, sa, sb}, {0, 0, 0},
+                  [&](std::int64_t i, const auto& o) { out[i] = pc[o[0]] ? pa[o[1]] : pb[o[2]]; });
+}
+
 // out (shape of in[1]) = g summed over the axes that broadcasting expanded; integers wrap.
 template <class T>
 void sum_to_like(const KernelCall& c) {

@@ -1,6 +1,6 @@
 // cpu elementwise kernels: flat parallel loops for same-shape, scalar, trailing-broadcast (bias),
-// column and outer ((rows, 1) against (w)) operands; Eigen's vectorised exp/log/tanh; the generic
-// strided loop otherwise.
+// column and outer ((rows, 1) against (w)) operands, and for selects of such operands; Eigen's
+// vectorised exp/log/tanh; the generic strided loop otherwise.
 #define EIGEN_DONT_PARALLELIZE
 #include <Eigen/Core>
 
@@ -187,6 +187,37 @@ void clip_grad_kernel(const KernelCall& c) {
     return v >= lo && v <= hi ? g : T(0);
   });
 }
+// Select(cond, a, b): flat parallel loops when every operand has the output's size or is one
+// value (the learning phase choosing between two activations: K::in_train_phase), the strided
+// loop otherwise. Each element is read before it is written (safe in place).
+template <class T>
+void select_kernel(const KernelCall& c) {
+  const ArrayRef &cond = c.in[0], &a = c.in[1], &b = c.in[2];
+  const std::int64_t n = c.out.size;
+  auto flat = [n](const ArrayRef& x) { return x.size == n || x.size == 1; };
+  if (!flat(cond) || !flat(a) || !flat(b)) return select_strided<T>(c);
+  const bool* pc = ptr<bool>(cond);
+  const T* pa = ptr<T>(a);
+  const T* pb = ptr<T>(b);
+  T* y = ptr<T>(c.out);
+  if (cond.size == 1 && n > 1) {  // a copy of one operand (or of its one value)
+    const ArrayRef& pick = pc[0] ? a : b;
+    const T* src = ptr<T>(pick);
+    const bool whole = pick.size == n;
+    if (whole && src == y) return;
+    parallel_for(n, 0.25, [&](std::int64_t i0, std::int64_t i1) {
+      if (whole)
+        std::memmove(y + i0, src + i0, static_cast<std::size_t>(i1 - i0) * sizeof(T));
+      else
+        std::fill(y + i0, y + i1, src[0]);
+    });
+    return;
+  }
+  const std::int64_t sa = a.size == n, sb = b.size == n;  // strides 1, or 0 for one value
+  parallel_for(n, 1.0, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) y[i] = pc[i] ? pa[i * sa] : pb[i * sb];
+  });
+}
 template <class T>
 void clip_kernel(const KernelCall& c) {
   const auto clip = attrs::Clip::of(*c.attrs);
@@ -274,6 +305,7 @@ void register_float(Backend& b) {
   b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);
   b.set(Op::Clip, dt, &clip_kernel<T>);
   b.set(Op::ClipGrad, dt, &clip_grad_kernel<T>);
+  b.set(Op::Select, dt, &select_kernel<T>);
   b.set(Op::Neg, dt, &neg_kernel<T>);
   b.set(Op::Square, dt, &square_kernel<T>);
   b.set(Op::AddN, dt, &add_n_kernel<T>);

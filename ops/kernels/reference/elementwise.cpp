@@ -79,18 +79,7 @@ void pow_kernel(const KernelCall& c) {
 
 template <class T>
 void select_kernel(const KernelCall& c) {
-  const ArrayRef& cond = c.in[0];
-  const int r = c.out.ndim;
-  std::int64_t sc[kMaxRank], sa[kMaxRank], sb[kMaxRank];
-  broadcast_strides(cond, r, c.out.dims, sc);
-  broadcast_strides(c.in[1], r, c.out.dims, sa);
-  broadcast_strides(c.in[2], r, c.out.dims, sb);
-  const bool* pc = ptr<bool>(cond);
-  const T* pa = ptr<T>(c.in[1]);
-  const T* pb = ptr<T>(c.in[2]);
-  T* out = ptr<T>(c.out);
-  strided_walk<3>(c.out.dims, r, c.out.size, {sc, sa, sb}, {0, 0, 0},
-                  [&](std::int64_t i, const auto& o) { out[i] = pc[o[0]] ? pa[o[1]] : pb[o[2]]; });
+  select_strided<T>(c);
 }
 
 template <class T>
