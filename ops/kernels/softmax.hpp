@@ -15,13 +15,12 @@
 
 namespace ktape::kernels {
 
-// e^x in float, branch-free so that GCC vectorizes a loop of it (glibc's expf is a call per
-// value: 1,280 of them took 1.8 us against 0.23): x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in
-// two parts), e^r by its Taylor series to r^7 / 7!, times 2^n in two steps (so that results
-// below 2^-126 round as denormals). Every multiply-add is an explicit fma, so a value gets the
-// same bits in vector code and in scalar code. Within 1 ulp of glibc's expf (every 37th float
-// bit pattern in [-110, 90]: 0.77 % differ, each by 1 ulp); inf above 88.7228 (where expf
-// overflows), 0 below -104, NaN for NaN.
+// e^x in float, branch-free so that GCC vectorizes a loop of it (glibc's expf is one call per
+// value): x = n ln 2 + r with |r| <= ln 2 / 2 (ln 2 in two parts), e^r by its Taylor series to
+// r^7 / 7!, times 2^n in two steps (so that results below 2^-126 round as denormals). Every
+// multiply-add is an explicit fma, so a value gets the same bits in vector code and in scalar
+// code. Within 1 ulp of e^x rounded to float; inf above 88.7228 (where expf overflows), 0 below
+// -104, NaN for NaN.
 inline float exp_float(float x) {
   constexpr float kShift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float xc = std::min(std::max(x, -104.0f), 88.75f);  // NaN stays NaN
@@ -38,23 +37,25 @@ inline float exp_float(float x) {
   const float e = std::fma(p, r * r, r) + 1.0f;
   const auto ni = static_cast<std::int32_t>(std::bit_cast<std::uint32_t>(t) -
                                             std::bit_cast<std::uint32_t>(kShift));
-  const std::int32_t n1 = ni / 2, n2 = ni - n1;  // each within [-75, 45]
+  const std::int32_t n1 = ni / 2, n2 = ni - n1;  // each within [-75, 64]
   const float s1 = std::bit_cast<float>(static_cast<std::uint32_t>(n1 + 127) << 23);
   const float s2 = std::bit_cast<float>(static_cast<std::uint32_t>(n2 + 127) << 23);
   const float y = e * s1 * s2;
   return x > 88.72283935546875f ? std::numeric_limits<float>::infinity() : y;
 }
 
-// The exp of the softmax family: exp_float in float, std::exp in double.
+// The exp of the softmax family: exp_float in float where the target has fused multiply-adds
+// (without them each std::fma is a call, and glibc's expf is faster), std::exp otherwise. The
+// reference and cpu kernels are compiled alike, so they agree either way.
 template <class C>
 inline C softmax_exp(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return exp_float(x);
-  else
-    return std::exp(x);
+#if defined(__FMA__)
+  if constexpr (std::is_same_v<C, float>) return exp_float(x);
+#endif
+  return std::exp(x);
 }
 
-// e[i] = softmax_exp(e[i]) for i < len (a vectorized loop in float).
+// e[i] = softmax_exp(e[i]) for i < len (a vectorized loop with exp_float).
 template <class C>
 void softmax_exps(C* e, std::int64_t len) {
   for (std::int64_t i = 0; i < len; ++i) e[i] = softmax_exp(e[i]);
@@ -97,12 +98,12 @@ T sparse_softmax_ce_row(const T* row, std::int64_t n, std::int64_t t) {
   return static_cast<T>(m + std::log(s) - static_cast<C>(row[t]));
 }
 
-// Values of a row block on the stack: the block of exps below and of rows sharing one.
+// The values softmax_row_exps' buffer on the stack holds; longer rows go row by row.
 inline constexpr std::int64_t kSoftmaxBlock = 2048;
 
-// The exps of rows [0, rows) of x (n contiguous values each, 0 < n <= kSoftmaxBlock), a block of
-// rows at a time in one vectorized pass over a buffer on the stack: done(r0, rb, m, e) for rows
-// [r0, r0 + rb), with m[r] row r0 + r's max and e[r * n + j] = softmax_exp(x[r0 + r][j] - m[r]).
+// The exps of rows [0, rows) of float x (n contiguous values each, 0 < n <= kSoftmaxBlock), a
+// block of rows at a time in one vectorized pass: done(r0, rb, m, e) for rows [r0, r0 + rb),
+// with m[r] row r0 + r's max and e[r * n + j] = softmax_exp(x[r0 + r][j] - m[r]).
 template <class T, class F>
 void softmax_row_exps(const T* x, std::int64_t rows, std::int64_t n, F&& done) {
   alignas(64) T e[kSoftmaxBlock];
@@ -123,14 +124,15 @@ void softmax_row_exps(const T* x, std::int64_t rows, std::int64_t n, F&& done) {
 }
 
 // Rows [0, rows) of n contiguous values each (an innermost axis), each to the bits softmax_row
-// gives it (the same exps, summed in the same order), their exps taken by softmax_row_exps.
+// gives it (the same exps, summed in the same order): in float, their exps taken by
+// softmax_row_exps; in double (no vector exp) and half, row by row.
 template <class T, bool Log>
 void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t n) {
-  if (!std::is_same_v<T, Compute<T>> || n > kSoftmaxBlock || n == 0) {  // row by row
+  if (!std::is_same_v<T, float> || n > kSoftmaxBlock || n == 0) {
     for (std::int64_t r = 0; r < rows; ++r) softmax_row<T, Log>(x + r * n, y + r * n, n, 1);
     return;
   }
-  if constexpr (std::is_same_v<T, Compute<T>>)
+  if constexpr (std::is_same_v<T, float>)
     softmax_row_exps(x, rows, n, [&](std::int64_t r0, std::int64_t rb, const T* m, const T* e) {
       for (std::int64_t r = 0; r < rb; ++r) {
         T s = 0;
@@ -151,11 +153,11 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t n) {
 // order), the exps taken as softmax_rows takes them (the same bits).
 template <class T, class Label>
 void sparse_softmax_ce_rows(const T* z, T* y, std::int64_t rows, std::int64_t n, Label&& label) {
-  if (!std::is_same_v<T, Compute<T>> || n > kSoftmaxBlock || n == 0) {
+  if (!std::is_same_v<T, float> || n > kSoftmaxBlock || n == 0) {
     for (std::int64_t r = 0; r < rows; ++r) y[r] = sparse_softmax_ce_row(z + r * n, n, label(r));
     return;
   }
-  if constexpr (std::is_same_v<T, Compute<T>>)
+  if constexpr (std::is_same_v<T, float>)
     softmax_row_exps(z, rows, n, [&](std::int64_t r0, std::int64_t rb, const T* m, const T* e) {
       for (std::int64_t r = 0; r < rb; ++r) {
         T s = 0;
