@@ -234,6 +234,13 @@ void sqrt_kernel(const KernelCall& c) {
   unary_loop<T>(
       c, [](T v) { return std::sqrt(v); }, 2.0);
 }
+// x^a for a constant a, in double (as the reference): ~20 flops an element.
+template <class T>
+void pow_kernel(const KernelCall& c) {
+  const double a = attrs::Scalar::of(*c.attrs).value;
+  unary_loop<T>(
+      c, [a](T v) { return static_cast<T>(std::pow(static_cast<double>(v), a)); }, 20.0);
+}
 template <class T>
 void square_kernel(const KernelCall& c) {
   unary_loop<T>(
@@ -272,10 +279,11 @@ void dropout_mask_kernel(const KernelCall& c) {
   });
 }
 
-// A unary functor over a flat parallel loop (sin, cos, softplus: ~20 flops per element).
-template <class T, class F>
+// A unary functor of functors.hpp over a flat parallel loop, at `cost` per element (sin, cos,
+// softplus: ~20 flops; abs, sign, round: one).
+template <class T, class F, int cost = 20>
 void functor_kernel(const KernelCall& c) {
-  unary_loop<T>(c, F{}, 20.0);
+  unary_loop<T>(c, F{}, static_cast<double>(cost));
 }
 
 template <class T>
@@ -307,6 +315,10 @@ void register_float(Backend& b) {
   b.set(Op::ClipGrad, dt, &clip_grad_kernel<T>);
   b.set(Op::Select, dt, &select_kernel<T>);
   b.set(Op::Neg, dt, &neg_kernel<T>);
+  b.set(Op::Abs, dt, &functor_kernel<T, AbsF, 1>);
+  b.set(Op::Sign, dt, &functor_kernel<T, SignF, 1>);
+  b.set(Op::Round, dt, &functor_kernel<T, RoundF, 1>);
+  b.set(Op::Pow, dt, &pow_kernel<T>);
   b.set(Op::Square, dt, &square_kernel<T>);
   b.set(Op::AddN, dt, &add_n_kernel<T>);
   b.set(Op::DropoutMask, dt, &dropout_mask_kernel<T>);
