@@ -102,10 +102,10 @@ T sparse_softmax_ce_row(const T* row, std::int64_t n, std::int64_t t) {
 inline constexpr std::int64_t kSoftmaxBlock = 2048;
 
 // The exps of rows [0, rows) of float x (n contiguous values each, 0 < n <= kSoftmaxBlock), a
-// block of rows at a time in one vectorized pass: done(r0, rb, m, e) for rows [r0, r0 + rb),
-// with m[r] row r0 + r's max and e[r * n + j] = softmax_exp(x[r0 + r][j] - m[r]).
+// block of rows at a time in one vectorized pass, then row(r, m, s, e) for each row r in order:
+// m its max, e[j] = softmax_exp(x[r][j] - m), s their sum in order of j.
 template <class T, class F>
-void softmax_row_exps(const T* x, std::int64_t rows, std::int64_t n, F&& done) {
+void softmax_row_exps(const T* x, std::int64_t rows, std::int64_t n, F&& row) {
   alignas(64) T e[kSoftmaxBlock];
   T m[kSoftmaxBlock];
   const std::int64_t per = kSoftmaxBlock / n;
@@ -119,7 +119,11 @@ void softmax_row_exps(const T* x, std::int64_t rows, std::int64_t n, F&& done) {
       for (std::int64_t j = 0; j < n; ++j) e[r * n + j] = xb[r * n + j] - mx;
     }
     softmax_exps(e, rb * n);
-    done(r0, rb, static_cast<const T*>(m), static_cast<const T*>(e));
+    for (std::int64_t r = 0; r < rb; ++r) {
+      T s = 0;
+      for (std::int64_t j = 0; j < n; ++j) s += e[r * n + j];
+      row(r0 + r, m[r], s, static_cast<const T*>(e + r * n));
+    }
   }
 }
 
@@ -133,18 +137,14 @@ void softmax_rows(const T* x, T* y, std::int64_t rows, std::int64_t n) {
     return;
   }
   if constexpr (std::is_same_v<T, float>)
-    softmax_row_exps(x, rows, n, [&](std::int64_t r0, std::int64_t rb, const T* m, const T* e) {
-      for (std::int64_t r = 0; r < rb; ++r) {
-        T s = 0;
-        for (std::int64_t j = 0; j < n; ++j) s += e[r * n + j];
-        T* yr = y + (r0 + r) * n;
-        if constexpr (Log) {
-          const T ls = std::log(s);
-          const T* xr = x + (r0 + r) * n;
-          for (std::int64_t j = 0; j < n; ++j) yr[j] = xr[j] - m[r] - ls;
-        } else {
-          for (std::int64_t j = 0; j < n; ++j) yr[j] = e[r * n + j] / s;
-        }
+    softmax_row_exps(x, rows, n, [&](std::int64_t r, T m, T s, const T* e) {
+      T* yr = y + r * n;
+      if constexpr (Log) {
+        const T ls = std::log(s);
+        const T* xr = x + r * n;
+        for (std::int64_t j = 0; j < n; ++j) yr[j] = xr[j] - m - ls;
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) yr[j] = e[j] / s;
       }
     });
 }
@@ -158,12 +158,8 @@ void sparse_softmax_ce_rows(const T* z, T* y, std::int64_t rows, std::int64_t n,
     return;
   }
   if constexpr (std::is_same_v<T, float>)
-    softmax_row_exps(z, rows, n, [&](std::int64_t r0, std::int64_t rb, const T* m, const T* e) {
-      for (std::int64_t r = 0; r < rb; ++r) {
-        T s = 0;
-        for (std::int64_t j = 0; j < n; ++j) s += e[r * n + j];
-        y[r0 + r] = m[r] + std::log(s) - z[(r0 + r) * n + label(r0 + r)];
-      }
+    softmax_row_exps(z, rows, n, [&](std::int64_t r, T m, T s, const T*) {
+      y[r] = m + std::log(s) - z[r * n + label(r)];
     });
 }
 
