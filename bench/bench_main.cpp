@@ -10,6 +10,7 @@
 //     gradients h^T dZ and x^T dZ (128 and 28 rows, depth 3584, 512 columns), which share dZ
 //   BM_PackPanel/<panel width>/<0 transposed, 1 copied>: packing a 128 x 256 operand into the
 //     blocked product's micro-panels
+//   BM_Transpose/<rows>/<cols>/<threads>: parallel_transpose of a float matrix (LIBXSMM's copies)
 //   BM_FmaPeak/<threads> (bench_peak.cpp): the FMA peak, to read FLOPS counters against
 //   BM_AdamStep/<0=cpu fused,1=cpu unfused,2=reference>: one Keras Adam step on the MLP's
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
@@ -198,6 +199,25 @@ void BM_PackPanel(benchmark::State& state) {
 }
 BENCHMARK(BM_PackPanel)
     ->ArgsProduct({{12, 32}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+void BM_Transpose(benchmark::State& state) {
+  const std::int64_t rows = state.range(0), cols = state.range(1);
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  std::vector<float> src(rows * cols, 0.5f), dst(rows * cols);
+  for (auto _ : state) {
+    ktape::kernels::parallel_transpose<float>(src.data(), cols, rows, cols, dst.data(), rows);
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * 4);
+  state.SetLabel(ktape::bench::threads_label(state.range(2)));
+}
+// The copies of a transposed right operand that LIBXSMM's products take (xsmm_copies_b): the
+// MLP's dY2 W2^T (W2 256 x 128) and the CNN's dY W^T (W 1600 x 128).
+BENCHMARK(BM_Transpose)
+    ->ArgsProduct({{256}, {128}, {1, 2}})
+    ->ArgsProduct({{1600}, {128}, {1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -657,6 +657,35 @@ TEST(Gemm, PackedPanelsMatchTheirDefinition) {
         }
 }
 
+// parallel_transpose (LIBXSMM's copies of a transposed operand) against its definition: sides
+// around the 16 x 16, 8 x 8 and 4 x 8 blocks and the tasks' column chunks, padded strides;
+// nothing written outside the rows' first `rows` elements.
+template <class T>
+void check_transpose(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t rs = cols + 3, ld = rows + 5;
+  std::vector<T> src(static_cast<std::size_t>(rows * rs));
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<T>(i % 4099) + T(0.5);
+  const T untouched = T(-777);
+  std::vector<T> dst(static_cast<std::size_t>(cols * ld), untouched);
+  ktape::kernels::parallel_transpose<T>(src.data(), rs, rows, cols, dst.data(), ld);
+  for (std::int64_t p = 0; p < cols; ++p)
+    for (std::int64_t r = 0; r < ld; ++r)
+      ASSERT_EQ(dst[static_cast<std::size_t>(p * ld + r)],
+                r < rows ? src[static_cast<std::size_t>(r * rs + p)] : untouched)
+          << sizeof(T) << "-byte " << rows << " x " << cols << ": element (" << p << ", " << r
+          << ")";
+}
+
+TEST(Gemm, TransposeMatchesItsDefinition) {
+  for (std::int64_t rows : {1, 4, 7, 8, 12, 15, 16, 17, 31, 33, 48, 256})
+    for (std::int64_t cols : {1, 5, 8, 15, 16, 17, 40, 128}) {
+      check_transpose<float>(rows, cols);
+      check_transpose<double>(rows, cols);
+    }
+  check_transpose<float>(1600, 131);  // several tasks
+  check_transpose<double>(700, 130);
+}
+
 TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
   for (GemmLibrary lib : libraries()) {
     for (int layout = 0; layout < 8; ++layout) {

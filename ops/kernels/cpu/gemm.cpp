@@ -548,7 +548,7 @@ void parallel_transpose(const T* src, std::int64_t rs, std::int64_t rows, std::i
   parallel_for(
       cols, static_cast<double>(rows),
       [&](std::int64_t j0, std::int64_t j1) {
-        blis::detail::transpose_panel(src + j0, rs, rows, j1 - j0, ld, dst + j0 * ld);
+        blis::detail::transpose_matrix(src + j0, rs, rows, j1 - j0, ld, dst + j0 * ld);
       },
       16);
 }
