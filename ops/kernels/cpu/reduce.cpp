@@ -232,10 +232,23 @@ void reduce_kernel(const KernelCall& c) {
     for (std::int64_t b = 1; b < blocks; ++b) acc = op(acc, part[b]);
     y[0] = static_cast<T>(acc);
   } else if (last_reduced || nout >= 2 * kRun) {
+    // The reduced axes the last ones (a softmax's row sums): output o reduces the run
+    // x[o * count, (o + 1) * count), in the walk's order.
+    bool suffix = true;
+    for (int d = in.ndim - 1, k = 0; d >= 0; --d, ++k) suffix = suffix && reduced[d] == (k < nr);
     parallel_for(
         nout, static_cast<double>(count),
         [&](std::int64_t o0, std::int64_t o1) {
           if (!last_reduced) return sweep(0, count, o0, o1, y + o0);
+          if (suffix) {
+            for (std::int64_t o = o0; o < o1; ++o) {
+              const T* __restrict xo = x + o * count;
+              C acc = init();
+              for (std::int64_t i = 0; i < count; ++i) acc = op(acc, static_cast<C>(xo[i]));
+              y[o] = static_cast<T>(acc);
+            }
+            return;
+          }
           std::int64_t kidx[kMaxRank], ridx[kMaxRank];
           for (std::int64_t o = o0; o < o1; ++o) {
             const std::int64_t base = first_input(o, kidx);
