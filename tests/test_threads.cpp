@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,77 @@ TEST(Threads, SoftmaxLongRowsGiveTheReferenceBits) {
     EXPECT_NEAR(total, 1.0, 1e-5) << r;
     const double ce = mx + std::log(s) - xv.item(r * 3000 + r * 499);
     EXPECT_NEAR(ref[2].item(r), ce, 1e-5 * ce) << r;
+  }
+}
+
+// K::max and K::min over the last axes take runs of 32 or more values 16 lanes at a time on the
+// cpu backend (ops/kernels/cpu/reduce.cpp): the reference's bits, whose in-order walk keeps the
+// first of equal values. Hand rows of 40 (and runs of 3 x 15 over two axes): zeros of both signs
+// in either order (the first one wins), a NaN in the tail, -inf, a tied maximum; float32,
+// float64 and int32.
+TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
+  constexpr std::int64_t kRows = 7, kLen = 40;
+  std::vector<double> v(kRows * kLen);
+  for (std::int64_t r = 0; r < kRows; ++r)
+    for (std::int64_t j = 0; j < kLen; ++j)
+      v[r * kLen + j] = r == 0 ? static_cast<double>((j * 17) % kLen + 1)  // a permutation of 1..40
+                        : r == 4 ? 1.0 + static_cast<double>(j % 7)
+                                 : -1.0 - static_cast<double>((j * 13) % 11);
+  v[1 * kLen + 3] = -0.0, v[1 * kLen + 20] = 0.0;   // max -0: the first zero
+  v[2 * kLen + 5] = 0.0, v[2 * kLen + 35] = -0.0;   // max +0
+  v[3 * kLen + 33] = std::nan("");                  // max and min NaN
+  v[4 * kLen + 10] = 0.0, v[4 * kLen + 26] = -0.0;  // min +0
+  v[5 * kLen + 17] = -std::numeric_limits<double>::infinity();
+  v[6 * kLen + 2] = 7.5, v[6 * kLen + 30] = 7.5;
+  for (const char* dtype : {"float32", "float64", "int32"}) {
+    const bool ints = std::string(dtype) == "int32";
+    NDArray xv(Shape{kRows, kLen}, ints                              ? DType::int32
+                                   : std::string(dtype) == "float32" ? DType::float32
+                                                                     : DType::float64);
+    for (std::int64_t i = 0; i < xv.size(); ++i) {
+      const double e = std::isnan(v[i]) && ints ? 3.0 : v[i];
+      if (ints)
+        xv.data<std::int32_t>()[i] = static_cast<std::int32_t>(e * 2);
+      else if (xv.dtype() == DType::float32)
+        xv.data<float>()[i] = static_cast<float>(e);
+      else
+        xv.data<double>()[i] = e;
+    }
+    auto run = [&](const char* backend, int threads) {
+      std::vector<NDArray> out;
+      tbb::task_arena arena(threads);
+      arena.execute([&] {
+        K::clear_session();
+        auto x = K::placeholder({kRows, kLen}, {.dtype = dtype});
+        auto x3 = K::reshape(x, {kRows, 8, 5});
+        auto f = K::function(
+            {x},
+            {K::max(x, {.axis = std::vector<int>{-1}}), K::min(x, {.axis = std::vector<int>{-1}}),
+             K::max(x3, {.axis = std::vector<int>{1, 2}}),
+             K::min(x3, {.axis = std::vector<int>{1, 2}})},
+            {}, {.backend = backend});
+        out = f({xv});
+      });
+      return out;
+    };
+    const auto ref = run("reference", 1);
+    for (int threads : {1, 2}) {
+      const auto cpu = run("cpu", threads);
+      for (std::size_t k = 0; k < ref.size(); ++k)
+        EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
+            << dtype << " output " << k << " at " << threads << " threads";
+    }
+    if (ints) continue;
+    const NDArray& mx = ref[0];
+    const NDArray& mn = ref[1];
+    EXPECT_EQ(mx.item(0), 40.0);
+    EXPECT_EQ(mn.item(0), 1.0);
+    EXPECT_TRUE(mx.item(1) == 0.0 && std::signbit(mx.item(1))) << mx.item(1);
+    EXPECT_TRUE(mx.item(2) == 0.0 && !std::signbit(mx.item(2))) << mx.item(2);
+    EXPECT_TRUE(std::isnan(mx.item(3)) && std::isnan(mn.item(3)));
+    EXPECT_TRUE(mn.item(4) == 0.0 && !std::signbit(mn.item(4))) << mn.item(4);
+    EXPECT_EQ(mn.item(5), -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(mx.item(6), 7.5);
   }
 }
 

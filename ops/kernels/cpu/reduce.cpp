@@ -58,6 +58,40 @@ void sum_rows(const T* g, std::int64_t w, std::int64_t r0, std::int64_t r1, T* _
   }
 }
 
+// The max (Max) or min of the run x[0, n), with MaxF's and MinF's bits: 16 lanes at a time,
+// each keeping the first of equal values as the in-order walk does, then the lanes combined.
+// Equal values other than zeros have the same bits, so lanes change nothing but which zero
+// wins: a zero result is taken again in order (`in_order`). Any NaN gives the quiet NaN, as in
+// order.
+template <class T, bool Max, class InOrder>
+T run_extreme(const T* __restrict x, std::int64_t n, InOrder&& in_order) {
+  constexpr std::int64_t L = 16;
+  if (n < 2 * L) return in_order();
+  T acc[L];
+  bool nan = false;
+  for (std::int64_t j = 0; j < L; ++j) acc[j] = x[j];
+  auto pick = [](T a, T b) {
+    if constexpr (Max)
+      return a >= b ? a : b;
+    else
+      return a <= b ? a : b;
+  };
+  std::int64_t i = L;
+  for (; i + L <= n; i += L)
+    for (std::int64_t j = 0; j < L; ++j) acc[j] = pick(acc[j], x[i + j]);
+  for (std::int64_t j = 0; i + j < n; ++j) acc[j] = pick(acc[j], x[i + j]);
+  if constexpr (std::is_floating_point_v<T>) {
+    for (std::int64_t k = 0; k < n; k += L)  // a NaN may have been passed over by a lane
+      for (std::int64_t j = 0; j < L && k + j < n; ++j) nan |= x[k + j] != x[k + j];
+    if (nan) return std::numeric_limits<T>::quiet_NaN();
+  }
+  T m = acc[0];
+  for (std::int64_t j = 1; j < L; ++j) m = pick(m, acc[j]);
+  if constexpr (std::is_floating_point_v<T>)
+    if (m == T(0)) return in_order();
+  return m;
+}
+
 // Rows at least this wide split by columns instead of rows (partial sums stay <= 64 x kWideRow).
 constexpr std::int64_t kWideRow = 4096;
 
@@ -216,6 +250,8 @@ void reduce_kernel(const KernelCall& c) {
   };
   constexpr std::int64_t kRun = 256;  // outputs of a task when the last axis is kept
   const bool last_reduced = in.ndim > 0 && reduced[in.ndim - 1];
+  bool suffix = true;  // the reduced axes are the last nr ones
+  for (int d = in.ndim - 1, k = 0; d >= 0; --d, ++k) suffix = suffix && reduced[d] == (k < nr);
   if (nout == 1) {
     // Everything to one value: contiguous blocks fixed by the size, combined in block order.
     auto run = [&](std::int64_t i0, std::int64_t i1) {
@@ -231,24 +267,31 @@ void reduce_kernel(const KernelCall& c) {
     C acc = part[0];
     for (std::int64_t b = 1; b < blocks; ++b) acc = op(acc, part[b]);
     y[0] = static_cast<T>(acc);
-  } else if (last_reduced || nout >= 2 * kRun) {
-    // The reduced axes the last ones (a softmax's row sums): output o reduces the run
+  } else if (suffix) {
+    // The reduced axes are the last ones (a softmax's row sums): output o reduces the run
     // x[o * count, (o + 1) * count), in the walk's order.
-    bool suffix = true;
-    for (int d = in.ndim - 1, k = 0; d >= 0; --d, ++k) suffix = suffix && reduced[d] == (k < nr);
+    parallel_for(
+        nout, static_cast<double>(count),
+        [&](std::int64_t o0, std::int64_t o1) {
+          for (std::int64_t o = o0; o < o1; ++o) {
+            const T* __restrict xo = x + o * count;
+            auto in_order = [&] {
+              C acc = init();
+              for (std::int64_t i = 0; i < count; ++i) acc = op(acc, static_cast<C>(xo[i]));
+              return static_cast<T>(acc);
+            };
+            if constexpr ((Mode == 2 || Mode == 3) && std::is_same_v<C, T>)
+              y[o] = run_extreme<T, Mode == 2>(xo, count, in_order);
+            else
+              y[o] = in_order();
+          }
+        },
+        1);
+  } else if (last_reduced || nout >= 2 * kRun) {
     parallel_for(
         nout, static_cast<double>(count),
         [&](std::int64_t o0, std::int64_t o1) {
           if (!last_reduced) return sweep(0, count, o0, o1, y + o0);
-          if (suffix) {
-            for (std::int64_t o = o0; o < o1; ++o) {
-              const T* __restrict xo = x + o * count;
-              C acc = init();
-              for (std::int64_t i = 0; i < count; ++i) acc = op(acc, static_cast<C>(xo[i]));
-              y[o] = static_cast<T>(acc);
-            }
-            return;
-          }
           std::int64_t kidx[kMaxRank], ridx[kMaxRank];
           for (std::int64_t o = o0; o < o1; ++o) {
             const std::int64_t base = first_input(o, kidx);
