@@ -246,7 +246,7 @@ TEST(Threads, SoftmaxLongRowsGiveTheReferenceBits) {
 
 // K::max and K::min over the last axes take runs of 32 or more values 16 lanes at a time on the
 // cpu backend (ops/kernels/cpu/reduce.cpp): the reference's bits, whose in-order walk keeps the
-// first of equal values. Hand rows of 40 (and runs of 3 x 15 over two axes): zeros of both signs
+// first of equal values. Hand rows of 40 (and runs of 7 x 8 over two axes): zeros of both signs
 // in either order (the first one wins), a NaN in the tail, -inf, a tied maximum; float32,
 // float64 and int32.
 TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
@@ -260,18 +260,22 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
   v[1 * kLen + 3] = -0.0, v[1 * kLen + 20] = 0.0;   // max -0: the first zero
   v[2 * kLen + 5] = 0.0, v[2 * kLen + 35] = -0.0;   // max +0
   v[3 * kLen + 33] = std::nan("");                  // max and min NaN
-  v[4 * kLen + 10] = 0.0, v[4 * kLen + 26] = -0.0;  // min +0
+  v[4 * kLen + 10] = 0.0, v[4 * kLen + 19] = -0.0;  // min +0 (the -0 in an earlier lane)
   v[5 * kLen + 17] = -std::numeric_limits<double>::infinity();
   v[6 * kLen + 2] = 7.5, v[6 * kLen + 30] = 7.5;
-  for (const char* dtype : {"float32", "float64", "int32"}) {
-    const bool ints = std::string(dtype) == "int32";
-    NDArray xv(Shape{kRows, kLen}, ints                              ? DType::int32
-                                   : std::string(dtype) == "float32" ? DType::float32
-                                                                     : DType::float64);
+  for (const char* dtype : {"float32", "float64", "int32", "int64"}) {
+    const bool ints = std::string(dtype) == "int32" || std::string(dtype) == "int64";
+    const std::string dt(dtype);
+    NDArray xv(Shape{kRows, kLen}, dt == "int32"     ? DType::int32
+                                   : dt == "int64"   ? DType::int64
+                                   : dt == "float32" ? DType::float32
+                                                     : DType::float64);
     for (std::int64_t i = 0; i < xv.size(); ++i) {
       const double e = std::isnan(v[i]) && ints ? 3.0 : v[i];
-      if (ints)
+      if (dt == "int32")
         xv.data<std::int32_t>()[i] = static_cast<std::int32_t>(e * 2);
+      else if (dt == "int64")
+        xv.data<std::int64_t>()[i] = static_cast<std::int64_t>(e * 2) << 33;
       else if (xv.dtype() == DType::float32)
         xv.data<float>()[i] = static_cast<float>(e);
       else
@@ -283,7 +287,7 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
       arena.execute([&] {
         K::clear_session();
         auto x = K::placeholder({kRows, kLen}, {.dtype = dtype});
-        auto x3 = K::reshape(x, {kRows, 8, 5});
+        auto x3 = K::reshape(x, {5, 7, 8});
         auto f = K::function(
             {x},
             {K::max(x, {.axis = std::vector<int>{-1}}), K::min(x, {.axis = std::vector<int>{-1}}),

@@ -156,12 +156,14 @@ void sum_to_like_kernel(const KernelCall& c) {
 // Sum (0), Mean (1), Max (2), Min (3), Prod (4) over any axes, the outputs split over threads.
 // Each output takes its inputs in ascending index order, as the reference kernel's walk does,
 // so the bits are the reference's at any thread count. With the last axis reduced, each output
-// runs over its reduced values; with it kept, a task runs over the reduced positions outside
-// and a run of its outputs inside, so consecutive outputs read consecutive inputs. With fewer
-// than 512 outputs along a kept last axis (a batch norm's channels), the reduced positions split
-// instead into blocks fixed by the shape, combined in block order: the same bits at any thread
-// count, the reference's for Max, Min and integers, within rounding of them for float sums and
-// products. A reduction to one value splits the same way, into contiguous blocks.
+// runs over its reduced values (a contiguous run where the reduced axes are the last ones, whose
+// Max and Min take 16 lanes and still give the walk's bits: run_extreme); with it kept, a task runs
+// over the reduced positions outside and a run of its outputs inside, so consecutive outputs read
+// consecutive inputs. With fewer than 512 outputs along a kept last axis (a batch norm's channels),
+// the reduced positions split instead into blocks fixed by the shape, combined in block order: the
+// same bits at any thread count, the reference's for Max, Min and integers, within rounding of them
+// for float sums and products. A reduction to one value splits the same way, into contiguous
+// blocks.
 template <class T, int Mode>
 void reduce_kernel(const KernelCall& c) {
   static constexpr Op kOps[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod};
