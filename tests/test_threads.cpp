@@ -271,7 +271,7 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
                                    : dt == "float32" ? DType::float32
                                                      : DType::float64);
     for (std::int64_t i = 0; i < xv.size(); ++i) {
-      const double e = std::isnan(v[i]) && ints ? 3.0 : v[i];
+      const double e = !ints || std::isfinite(v[i]) ? v[i] : std::isnan(v[i]) ? 3.0 : -100.0;
       if (dt == "int32")
         xv.data<std::int32_t>()[i] = static_cast<std::int32_t>(e * 2);
       else if (dt == "int64")
