@@ -319,6 +319,51 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
   }
 }
 
+// A float sum of everything (K::sum, K::mean with no axis) adds blocks of 1,024 or more values in
+// 16 lanes on the cpu backend (lane_sum in ops/kernels/cpu/reduce.cpp): exact where every partial
+// sum is (0..1060, whose sum 562,330 a float holds), the lanes' own rounding by hand, the same
+// bits at any thread count, and within rounding of the reference's in-order sum and of a sum in
+// double.
+TEST(Threads, SumOfEverythingInLanes) {
+  auto run = [](const NDArray& xv, const char* backend, int threads) {
+    std::vector<NDArray> out;
+    tbb::task_arena arena(threads);
+    arena.execute([&] {
+      K::clear_session();
+      auto x = K::placeholder({K::None});
+      auto f = K::function({x}, {K::sum(x), K::mean(x)}, {}, {.backend = backend});
+      out = f({xv});
+    });
+    return out;
+  };
+  NDArray small(Shape{1061}, DType::float32);
+  for (std::int64_t i = 0; i < small.size(); ++i) small.data<float>()[i] = static_cast<float>(i);
+  for (const char* backend : {"cpu", "reference"}) {
+    const auto out = run(small, backend, 2);
+    EXPECT_EQ(out[0].item(0), 562330.0) << backend;
+    EXPECT_EQ(out[1].item(0), 530.0) << backend;
+  }
+  // 2^24 then 1,023 ones: in order, each one rounds away (2^24 + 1 is a tie, to even); in lanes
+  // only lane 0's 63 do, and the other lanes' 15 x 64 ones are added exactly.
+  NDArray ones(Shape{1024}, DType::float32);
+  for (std::int64_t i = 0; i < ones.size(); ++i)
+    ones.data<float>()[i] = i == 0 ? 16777216.0f : 1.0f;
+  EXPECT_EQ(run(ones, "cpu", 1)[0].item(0), 16777216.0 + 960.0);
+  EXPECT_EQ(run(ones, "reference", 1)[0].item(0), 16777216.0);
+  NDArray big(Shape{200003}, DType::float32);  // two blocks and a tail of 3 values
+  double exact = 0.0;
+  for (std::int64_t i = 0; i < big.size(); ++i) {
+    big.data<float>()[i] = static_cast<float>(i % 1000) * 0.001f + 0.5f;
+    exact += static_cast<double>(big.data<float>()[i]);
+  }
+  const auto one = run(big, "cpu", 1), two = run(big, "cpu", 2), ref = run(big, "reference", 1);
+  for (std::size_t k = 0; k < 2; ++k)
+    EXPECT_EQ(0, std::memcmp(one[k].raw_data(), two[k].raw_data(), one[k].nbytes())) << k;
+  EXPECT_NEAR(one[0].item(0), exact, 1e-6 * exact);
+  EXPECT_NEAR(one[0].item(0), ref[0].item(0), 1e-4 * exact);
+  EXPECT_NEAR(one[1].item(0), exact / 200003.0, 1e-6 * exact / 200003.0);
+}
+
 // Softmax (over the last axis and over a middle one), log-softmax (in a crossentropy from logits
 // over the middle axis) and the sparse softmax
 // cross-entropy split their rows over threads on the cpu backend: the same bits as the serial

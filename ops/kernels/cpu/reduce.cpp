@@ -92,6 +92,24 @@ T run_extreme(const T* __restrict x, std::int64_t n, InOrder&& in_order) {
   return m;
 }
 
+// The sum of x[0, n) in 16 lanes (x[i] into lane i % 16, in order), the lanes then added
+// pairwise: dependency chains 16 times shorter than the in-order sum's, whose rounding it does
+// not keep (it is usually nearer the exact sum). For the blocks of a sum of everything of
+// kLaneSumMin or more values, whose bits are already the reference's only within rounding.
+constexpr std::int64_t kLaneSumMin = 1024;
+template <class C, class T>
+C lane_sum(const T* __restrict x, std::int64_t n) {
+  constexpr std::int64_t L = 16;
+  C acc[L] = {};
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (std::int64_t j = 0; j < L; ++j) acc[j] += static_cast<C>(x[i + j]);
+  for (std::int64_t j = 0; i + j < n; ++j) acc[j] += static_cast<C>(x[i + j]);
+  for (std::int64_t w = L / 2; w >= 1; w /= 2)
+    for (std::int64_t j = 0; j < w; ++j) acc[j] += acc[j + w];
+  return acc[0];
+}
+
 // Rows at least this wide split by columns instead of rows (partial sums stay <= 64 x kWideRow).
 constexpr std::int64_t kWideRow = 4096;
 
@@ -163,7 +181,8 @@ void sum_to_like_kernel(const KernelCall& c) {
 // the reduced positions split instead into blocks fixed by the shape, combined in block order: the
 // same bits at any thread count, the reference's for Max, Min and integers, within rounding of them
 // for float sums and products. A reduction to one value splits the same way, into contiguous
-// blocks.
+// blocks, of which Max and Min take lanes with the walk's bits, and float sums of 1,024 or more
+// values take lanes too (lane_sum: within rounding of the walk).
 template <class T, int Mode>
 void reduce_kernel(const KernelCall& c) {
   static constexpr Op kOps[] = {Op::Sum, Op::Mean, Op::Max, Op::Min, Op::Prod};
@@ -257,9 +276,17 @@ void reduce_kernel(const KernelCall& c) {
   if (nout == 1) {
     // Everything to one value: contiguous blocks fixed by the size, combined in block order.
     auto run = [&](std::int64_t i0, std::int64_t i1) {
-      C acc = init();
-      for (std::int64_t i = i0; i < i1; ++i) acc = op(acc, static_cast<C>(x[i]));
-      return acc;
+      auto in_order = [&] {
+        C acc = init();
+        for (std::int64_t i = i0; i < i1; ++i) acc = op(acc, static_cast<C>(x[i]));
+        return acc;
+      };
+      if constexpr ((Mode == 2 || Mode == 3) && std::is_same_v<C, T>)
+        return run_extreme<T, Mode == 2>(x + i0, i1 - i0, in_order);
+      else if constexpr ((Mode == 0 || Mode == 1) && std::is_floating_point_v<C>)
+        return i1 - i0 >= kLaneSumMin ? lane_sum<C>(x + i0, i1 - i0) : in_order();
+      else
+        return in_order();
     };
     const std::int64_t blocks = slot_count(static_cast<double>(in.size), in.size, 64);
     C part[64];
