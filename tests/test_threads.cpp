@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -40,6 +41,34 @@ NDArray labels(std::int64_t n) {
   NDArray t(Shape{n}, DType::int32);
   for (std::int64_t i = 0; i < n; ++i) t.data<std::int32_t>()[i] = static_cast<int>((i * 7) % 10);
   return t;
+}
+
+// What `build()` returns, run from a cleared session in an arena of `threads` threads.
+template <class Build>
+std::vector<NDArray> in_arena(int threads, Build&& build) {
+  std::vector<NDArray> out;
+  tbb::task_arena arena(threads);
+  arena.execute([&] {
+    K::clear_session();
+    out = build();
+  });
+  return out;
+}
+
+// The outputs of `run(backend, threads)` on the cpu backend at each of `threads` have the
+// reference backend's bits; returns the reference's.
+template <class Run>
+std::vector<NDArray> expect_reference_bits(Run&& run, std::initializer_list<int> threads,
+                                           const std::string& what = "") {
+  const std::vector<NDArray> ref = run("reference", 1);
+  for (int t : threads) {
+    const std::vector<NDArray> cpu = run("cpu", t);
+    EXPECT_EQ(cpu.size(), ref.size()) << what;
+    for (std::size_t k = 0; k < std::min(cpu.size(), ref.size()); ++k)
+      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
+          << what << " output " << k << " at " << t << " threads";
+  }
+  return ref;
 }
 
 // Builds a model's training step (SGD) fresh, runs `steps` steps at `threads` threads and
@@ -212,27 +241,16 @@ TEST(Threads, SoftmaxLongRowsGiveTheReferenceBits) {
   for (std::int64_t i = 0; i < tv.size(); ++i)
     tv.data<std::int32_t>()[i] = static_cast<std::int32_t>(i * 499);
   auto run = [&](const char* backend, int threads) {
-    std::vector<NDArray> out;
-    tbb::task_arena arena(threads);
-    arena.execute([&] {
-      K::clear_session();
+    return in_arena(threads, [&] {
       auto x = K::placeholder({K::None, 3000});
       auto t = K::placeholder({K::None}, {.dtype = "int32"});
       const std::vector<Tensor> outs{
           K::softmax(x), K::categorical_crossentropy(K::softmax(x), x, {.from_logits = true}),
           K::sparse_categorical_crossentropy(t, x, {.from_logits = true})};
-      auto f = K::function({x, t}, outs, {}, {.backend = backend});
-      out = f({xv, tv});
+      return K::function({x, t}, outs, {}, {.backend = backend})({xv, tv});
     });
-    return out;
   };
-  const auto ref = run("reference", 1);
-  for (int threads : {1, 2}) {
-    const auto cpu = run("cpu", threads);
-    for (std::size_t k = 0; k < ref.size(); ++k)
-      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
-          << "output " << k << " at " << threads << " threads";
-  }
+  const auto ref = expect_reference_bits(run, {1, 2});
   for (std::int64_t r = 0; r < 6; ++r) {  // against sums in double
     double mx = -1e300, s = 0.0, total = 0.0;
     for (std::int64_t j = 0; j < 3000; ++j) mx = std::max(mx, xv.item(r * 3000 + j));
@@ -248,7 +266,7 @@ TEST(Threads, SoftmaxLongRowsGiveTheReferenceBits) {
 // cpu backend (ops/kernels/cpu/reduce.cpp): the reference's bits, whose in-order walk keeps the
 // first of equal values. Hand rows of 40 (and runs of 7 x 8 over two axes): zeros of both signs
 // in either order (the first one wins), a NaN in the tail, -inf, a tied maximum; float32,
-// float64 and int32.
+// float64, int32 and int64.
 TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
   constexpr std::int64_t kRows = 7, kLen = 40;
   std::vector<double> v(kRows * kLen);
@@ -282,29 +300,18 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
         xv.data<double>()[i] = e;
     }
     auto run = [&](const char* backend, int threads) {
-      std::vector<NDArray> out;
-      tbb::task_arena arena(threads);
-      arena.execute([&] {
-        K::clear_session();
+      return in_arena(threads, [&] {
         auto x = K::placeholder({kRows, kLen}, {.dtype = dtype});
         auto x3 = K::reshape(x, {5, 7, 8});
-        auto f = K::function(
+        return K::function(
             {x},
             {K::max(x, {.axis = std::vector<int>{-1}}), K::min(x, {.axis = std::vector<int>{-1}}),
              K::max(x3, {.axis = std::vector<int>{1, 2}}),
              K::min(x3, {.axis = std::vector<int>{1, 2}})},
-            {}, {.backend = backend});
-        out = f({xv});
+            {}, {.backend = backend})({xv});
       });
-      return out;
     };
-    const auto ref = run("reference", 1);
-    for (int threads : {1, 2}) {
-      const auto cpu = run("cpu", threads);
-      for (std::size_t k = 0; k < ref.size(); ++k)
-        EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
-            << dtype << " output " << k << " at " << threads << " threads";
-    }
+    const auto ref = expect_reference_bits(run, {1, 2}, dtype);
     if (ints) continue;
     const NDArray& mx = ref[0];
     const NDArray& mn = ref[1];
@@ -326,15 +333,10 @@ TEST(Threads, MaxMinOfLongRowsGiveTheReferenceBits) {
 // double.
 TEST(Threads, SumOfEverythingInLanes) {
   auto run = [](const NDArray& xv, const char* backend, int threads) {
-    std::vector<NDArray> out;
-    tbb::task_arena arena(threads);
-    arena.execute([&] {
-      K::clear_session();
+    return in_arena(threads, [&] {
       auto x = K::placeholder({K::None});
-      auto f = K::function({x}, {K::sum(x), K::mean(x)}, {}, {.backend = backend});
-      out = f({xv});
+      return K::function({x}, {K::sum(x), K::mean(x)}, {}, {.backend = backend})({xv});
     });
-    return out;
   };
   NDArray small(Shape{1061}, DType::float32);
   for (std::int64_t i = 0; i < small.size(); ++i) small.data<float>()[i] = static_cast<float>(i);
@@ -374,10 +376,7 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
   for (std::int64_t i = 0; i < tv.size(); ++i)
     tv.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 13) % 40);
   auto run = [&](const char* backend, int threads) {
-    std::vector<NDArray> out;
-    tbb::task_arena arena(threads);
-    arena.execute([&] {
-      K::clear_session();
+    return in_arena(threads, [&] {
       auto x = K::placeholder({K::None, 7, 40});
       auto t = K::placeholder({K::None}, {.dtype = "int32"});
       auto logits = K::reshape(x, {-1, 40});
@@ -385,19 +384,10 @@ TEST(Threads, SoftmaxRowsSplitGiveTheReferenceBits) {
           K::softmax(x), K::softmax(x, 1),
           K::categorical_crossentropy(K::softmax(x, 1) * 0.5, x, {.from_logits = true, .axis = 1}),
           K::sparse_categorical_crossentropy(t, logits, {.from_logits = true})};
-      auto f = K::function({x, t}, outs, {}, {.backend = backend});
-      out = f({xv, tv});
+      return K::function({x, t}, outs, {}, {.backend = backend})({xv, tv});
     });
-    return out;
   };
-  const auto ref = run("reference", 1);
-  for (int threads : {1, 2, 16}) {
-    const auto cpu = run("cpu", threads);
-    ASSERT_EQ(cpu.size(), ref.size());
-    for (std::size_t k = 0; k < ref.size(); ++k)
-      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
-          << "output " << k << " at " << threads << " threads";
-  }
+  expect_reference_bits(run, {1, 2, 16});
   // One row by hand: softmax([0, ln 2, ln 5]) = [1/8, 2/8, 5/8].
   const double third = std::log(5.0);
   K::clear_session();
