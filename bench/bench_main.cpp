@@ -18,6 +18,8 @@
 //     launches per call, `floats/s` = parameters updated per second
 //   BM_FusedPass/<elements>/<0 six mul/add, 1 an LSTM cell>/<threads>: one fused pass (the grain
 //     policy at work)
+//   BM_ElementCost/<op>: one elementwise op's cpu kernel on 16,384 floats, one thread, unfused;
+//     the add's items_per_second (op 0) over the op's is the cost elem_cost charges
 //   BM_ColumnSum/<rows>/<width>/<threads>: a bias gradient's column sums
 //   BM_Softmax/<0 cpu, 1 reference>/<threads>: softmax of (4096, 1000)
 //   BM_LearningPhaseSwitch/<0 cpu, 1 reference>/<threads>: K::in_train_phase over (128, 13, 13, 64)
@@ -331,6 +333,33 @@ void BM_FusedPass(benchmark::State& state) {
 }
 BENCHMARK(BM_FusedPass)
     ->ArgsProduct({{1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20}, {0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// One elementwise op's cpu kernel over 16,384 floats (in cache) on one thread, without fusion:
+// the figures engine/parallel.hpp's elem_cost is rounded from (the add's items_per_second, op 0,
+// over each op's).
+void BM_ElementCost(benchmark::State& state) {
+  const auto limit = ktape::bench::limit_threads(1);
+  const std::int64_t n = 16384;
+  const auto x = K::placeholder({K::None});
+  const auto y = K::placeholder({K::None});
+  const std::vector<std::pair<const char*, ktape::Tensor>> ops = {
+      {"add", x + y},          {"mul", x * y},       {"exp", K::exp(x)},
+      {"log", K::log(x)},      {"tanh", K::tanh(x)}, {"sigmoid", K::sigmoid(x)},
+      {"sqrt", K::sqrt(x)},    {"sin", K::sin(x)},   {"softplus", K::softplus(x)},
+      {"pow", K::pow(x, 1.7)}, {"relu", K::relu(x)}, {"abs", K::abs(x)}};
+  const auto& [name, out] = ops[static_cast<std::size_t>(state.range(0))];
+  const auto f = K::function({x, y}, {out}, {}, {.fuse = false});
+  const std::vector<NDArray> ins = {NDArray::full(Shape{n}, 0.75), NDArray::full(Shape{n}, 0.5)};
+  std::vector<NDArray> outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetLabel(name);
+}
+BENCHMARK(BM_ElementCost)
+    ->DenseRange(0, 11)
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -169,10 +169,9 @@ void run_fused(const KernelCall& c) {
   const auto& P = *static_cast<const FusedProgram*>(c.ctx);
   const std::int64_t chunk = P.chunk;
   const std::int64_t chunks = (P.n + chunk - 1) / chunk;
-  double cost = static_cast<double>(chunk) * static_cast<double>(P.instrs.size());
+  double cost = static_cast<double>(chunk) * P.elem_cost;
   for (const FusedSource& src : P.sources)
-    cost += static_cast<double>(chunk / src.block_width * src.pitch) *
-            static_cast<double>(src.prog->instrs.size());
+    cost += static_cast<double>(chunk / src.block_width * src.pitch) * src.prog->elem_cost;
   // Split over whole chunks: results never depend on the split.
   // Isolated: a member kernel may split a big chunk in a nested parallel loop, and a thread
   // waiting there must not pick up another chunk of this pass, which would reuse its

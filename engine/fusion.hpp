@@ -86,6 +86,7 @@ struct FusedProgram {
   std::vector<FusedSource> sources;
   std::vector<int> block_source;  // per input slot: the source its block reads, or -1 (the input)
   std::vector<FusedInstr> instrs;
+  double elem_cost = 0;  // per element: the sum of its instructions' (engine/parallel.hpp)
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;
   int max_in = 0;

@@ -12,11 +12,40 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/op_list.hpp"
+
 namespace ktape {
 
-// Serial cost of one task, in units of `cost_per_item` (about an element operation): a few
-// tens of microseconds.
+// Serial cost of one task, in units of `cost_per_item`: an add of two floats costs 1 an
+// element (about 0.06 ns in cache on the development machine's core, so a task is a few
+// microseconds of work).
 inline constexpr double kTaskWork = 40000.0;
+
+// The serial cost of one element of an elementwise op's cpu kernel, in those units: what
+// BM_ElementCost measures on floats, rounded, against an add. The kernels split their loops by
+// it, and a fused pass costs the sum of its members' (a transcendental is several adds' worth,
+// a libm call dozens).
+constexpr double elem_cost(Op op) {
+  switch (op) {
+    case Op::Exp:
+    case Op::Tanh:
+    case Op::Sqrt:
+      return 2.0;
+    case Op::Sigmoid:
+      return 2.5;
+    case Op::Log:
+      return 7.0;
+    case Op::Sin:
+    case Op::Cos:
+      return 25.0;
+    case Op::Softplus:
+      return 55.0;
+    case Op::Pow:
+      return 130.0;
+    default:
+      return 1.0;
+  }
+}
 
 // Runs f(begin, end) over [0, n) in chunks whose size is a multiple of `align` (kernels use 64:
 // vectorized loops then see the same packet boundaries as a serial run).

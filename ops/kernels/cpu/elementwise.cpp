@@ -116,9 +116,10 @@ void unary_loop(const KernelCall& c, F f, double cost) {
 
 template <class T, int Fn>  // 0 exp, 1 log, 2 tanh, 3 sqrt
 void eigen_unary(const KernelCall& c) {
+  constexpr Op op = Fn == 0 ? Op::Exp : Fn == 1 ? Op::Log : Fn == 2 ? Op::Tanh : Op::Sqrt;
   const T* x = ptr<T>(c.in[0]);
   T* y = ptr<T>(c.out);
-  parallel_for(c.out.size, 8.0, [&](std::int64_t i0, std::int64_t i1) {
+  parallel_for(c.out.size, elem_cost(op), [&](std::int64_t i0, std::int64_t i1) {
     Eigen::Map<const Arr<T>> X(x + i0, i1 - i0);
     Eigen::Map<Arr<T>> Y(y + i0, i1 - i0);
     if constexpr (Fn == 0)
@@ -142,7 +143,7 @@ template <class T>
 void sigmoid_kernel(const KernelCall& c) {
   const T* x = ptr<T>(c.in[0]);
   T* y = ptr<T>(c.out);
-  parallel_for(c.out.size, 8.0, [&](std::int64_t i0, std::int64_t i1) {
+  parallel_for(c.out.size, elem_cost(Op::Sigmoid), [&](std::int64_t i0, std::int64_t i1) {
     alignas(64) T buf[256];  // no heap: the exp of one block at a time
     for (std::int64_t b0 = i0; b0 < i1; b0 += 256) {
       const std::int64_t n = std::min<std::int64_t>(256, i1 - b0);
@@ -165,9 +166,9 @@ template <class T>
 void relu_kernel(const KernelCall& c) {
   const auto f = attrs::Relu::of(*c.attrs);
   if (is_plain_relu(f.alpha, f.max_value, f.threshold))
-    unary_loop<T>(c, ReluPlainF{}, 0.25);  // vectorized: a quarter of a scalar element's cost
+    unary_loop<T>(c, ReluPlainF{}, elem_cost(Op::Relu));
   else
-    unary_loop<T>(c, ReluF{f.alpha, f.max_value, f.threshold}, 1.0);
+    unary_loop<T>(c, ReluF{f.alpha, f.max_value, f.threshold}, elem_cost(Op::Relu));
 }
 template <class T>
 void relu_grad_kernel(const KernelCall& c) {
@@ -221,7 +222,7 @@ void select_kernel(const KernelCall& c) {
 template <class T>
 void clip_kernel(const KernelCall& c) {
   const auto clip = attrs::Clip::of(*c.attrs);
-  unary_loop<T>(c, ClipF<T>{static_cast<T>(clip.lo), static_cast<T>(clip.hi)}, 0.25);
+  unary_loop<T>(c, ClipF<T>{static_cast<T>(clip.lo), static_cast<T>(clip.hi)}, elem_cost(Op::Clip));
 }
 template <class T>
 void neg_kernel(const KernelCall& c) {
@@ -232,14 +233,15 @@ void neg_kernel(const KernelCall& c) {
 template <class T>
 void sqrt_kernel(const KernelCall& c) {
   unary_loop<T>(
-      c, [](T v) { return std::sqrt(v); }, 2.0);
+      c, [](T v) { return std::sqrt(v); }, elem_cost(Op::Sqrt));
 }
-// x^a for a constant a, in double (as the reference): ~20 flops an element.
+// x^a for a constant a, in double (as the reference).
 template <class T>
 void pow_kernel(const KernelCall& c) {
   const double a = attrs::Scalar::of(*c.attrs).value;
   unary_loop<T>(
-      c, [a](T v) { return static_cast<T>(std::pow(static_cast<double>(v), a)); }, 20.0);
+      c, [a](T v) { return static_cast<T>(std::pow(static_cast<double>(v), a)); },
+      elem_cost(Op::Pow));
 }
 template <class T>
 void square_kernel(const KernelCall& c) {
@@ -279,11 +281,10 @@ void dropout_mask_kernel(const KernelCall& c) {
   });
 }
 
-// A unary functor of functors.hpp over a flat parallel loop, at `cost` per element (sin, cos,
-// softplus: ~20 flops; abs, sign, round: one).
-template <class T, class F, int cost = 20>
+// A unary functor of functors.hpp over a flat parallel loop, at `op`'s cost per element.
+template <class T, class F, Op op>
 void functor_kernel(const KernelCall& c) {
-  unary_loop<T>(c, F{}, static_cast<double>(cost));
+  unary_loop<T>(c, F{}, elem_cost(op));
 }
 
 template <class T>
@@ -306,18 +307,18 @@ void register_float(Backend& b) {
   b.set(Op::Tanh, dt, &eigen_unary<T, 2>);
   b.set(Op::Sqrt, dt, &sqrt_kernel<T>);
   b.set(Op::Sigmoid, dt, &sigmoid_kernel<T>);
-  b.set(Op::Sin, dt, &functor_kernel<T, SinF>);
-  b.set(Op::Cos, dt, &functor_kernel<T, CosF>);
-  b.set(Op::Softplus, dt, &functor_kernel<T, SoftplusF>);
+  b.set(Op::Sin, dt, &functor_kernel<T, SinF, Op::Sin>);
+  b.set(Op::Cos, dt, &functor_kernel<T, CosF, Op::Cos>);
+  b.set(Op::Softplus, dt, &functor_kernel<T, SoftplusF, Op::Softplus>);
   b.set(Op::Relu, dt, &relu_kernel<T>);
   b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);
   b.set(Op::Clip, dt, &clip_kernel<T>);
   b.set(Op::ClipGrad, dt, &clip_grad_kernel<T>);
   b.set(Op::Select, dt, &select_kernel<T>);
   b.set(Op::Neg, dt, &neg_kernel<T>);
-  b.set(Op::Abs, dt, &functor_kernel<T, AbsF, 1>);
-  b.set(Op::Sign, dt, &functor_kernel<T, SignF, 1>);
-  b.set(Op::Round, dt, &functor_kernel<T, RoundF, 1>);
+  b.set(Op::Abs, dt, &functor_kernel<T, AbsF, Op::Abs>);
+  b.set(Op::Sign, dt, &functor_kernel<T, SignF, Op::Sign>);
+  b.set(Op::Round, dt, &functor_kernel<T, RoundF, Op::Round>);
   b.set(Op::Pow, dt, &pow_kernel<T>);
   b.set(Op::Square, dt, &square_kernel<T>);
   b.set(Op::AddN, dt, &add_n_kernel<T>);
