@@ -39,8 +39,8 @@ std::vector<const OpRow*> all_rows() {
   for (const auto* fam :
        {&cached<core_rows>(), &cached<elementwise_rows>(), &cached<reductions_rows>(),
         &cached<nn_rows>(), &cached<layout_rows>(), &cached<control_rows>(), &cached<loops_rows>(),
-        &cached<conv_rows>(), &cached<indexing_rows>(), &cached<ctc_rows>(), &cached<sparse_rows>(),
-        &cached<collective_rows>()})
+        &cached<conv_rows>(), &cached<pool_rows>(), &cached<indexing_rows>(), &cached<ctc_rows>(),
+        &cached<sparse_rows>(), &cached<collective_rows>()})
     for (const OpRow& row : *fam) r.push_back(&row);
   return r;
 }
@@ -322,6 +322,7 @@ KTAPE_ROW_SUITES(Layout, cached<layout_rows>());
 KTAPE_ROW_SUITES(Control, cached<control_rows>());
 KTAPE_ROW_SUITES(Loops, cached<loops_rows>());
 KTAPE_ROW_SUITES(Conv, cached<conv_rows>());
+KTAPE_ROW_SUITES(Pool, cached<pool_rows>());
 KTAPE_ROW_SUITES(Indexing, cached<indexing_rows>());
 KTAPE_ROW_SUITES(Ctc, cached<ctc_rows>());
 KTAPE_ROW_SUITES(Sparse, cached<sparse_rows>());

@@ -6,7 +6,8 @@ the formulas in spec/keras_semantics.md section 5 (not from ktape's code), on th
 
     loss(W, b) = sum((X @ W + b - Y)**2),   W: (3, 2), b: (2,)
 
-and prints C++ tables for the test. Regenerate with:  python3 tests/data/optim_reference.py
+and prints C++ tables for the test. Regenerate with:
+    python3 tests/data/optim_reference.py > tests/data/optim_reference.inc
 Every update reads the values from before the step (Keras's simultaneous assignment semantics);
 `it` is the iteration count before the step, so t = it + 1.
 """

@@ -420,6 +420,20 @@ class Rows {
   std::deque<OpRow> rows_;
 };
 
+// The inputs of tests/data/conv_reference.py (conv and pool rows): ((i * 7) % mod - mod / 2) *
+// scale over the flat index i.
+inline NDArray ramp(const Shape& s, int mod = 11, double scale = 0.25) {
+  NDArray a(s, DType::float64);
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    a.set_item(i, static_cast<double>((i * 7) % mod - mod / 2) * scale);
+  return a;
+}
+
+// A placeholder of shape s and dtype dt (error rows).
+inline Tensor ph(const Shape& s, const std::string& dt = "float32") {
+  return K::placeholder(s, {.dtype = dt});
+}
+
 // The families (tests/op_rows/*_rows.cpp).
 std::vector<OpRow> core_rows();
 std::vector<OpRow> elementwise_rows();
@@ -429,6 +443,7 @@ std::vector<OpRow> layout_rows();
 std::vector<OpRow> control_rows();
 std::vector<OpRow> loops_rows();
 std::vector<OpRow> conv_rows();
+std::vector<OpRow> pool_rows();
 std::vector<OpRow> indexing_rows();
 std::vector<OpRow> ctc_rows();
 std::vector<OpRow> sparse_rows();
