@@ -26,6 +26,8 @@
 //   BM_Reduce/<axis, 2 = K::sum of all>/<0 cpu, 1 reference>/<threads>: K::max over one axis of
 //     (4096, 1000), or the sum of all of it
 //   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
+//   BM_SumGradient/<axis 0, 1, 2 = all>/<0 cpu, 1 reference>/<threads>: the gradient of K::sum
+//     over (784, 256), the incoming gradient broadcast back (BroadcastToLike)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -470,6 +472,35 @@ void BM_ColumnSum(benchmark::State& state) {
 BENCHMARK(BM_ColumnSum)
     ->ArgsProduct({{3584}, {512}, {1, 2}})
     ->ArgsProduct({{86528}, {32}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// The gradient of K::sum over x (784, 256) (a weight's L2 regularizer: one value broadcast to
+// every weight; axis 1: the gradient of row sums, a value per row; axis 0: of column sums, a row
+// copied to every row), through a Function, on the cpu or the reference backend.
+void BM_SumGradient(benchmark::State& state) {
+  const int axis = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const Shape xs{784, 256};
+  const Shape dys = axis == 2 ? Shape{1, 1} : axis == 1 ? Shape{784, 1} : Shape{1, 256};
+  auto x = K::placeholder(xs);
+  auto dy = K::placeholder(dys);
+  K::ReduceOptions o{.keepdims = true};
+  if (axis != 2) o.axis = std::vector<int>{axis};
+  auto g = K::gradients({K::sum(x, o)}, {x}, {dy})[0];
+  auto f = K::function({x, dy}, {g}, {}, {.backend = backend_name(variant)});
+  std::vector<NDArray> ins{NDArray::full(xs, 0.5), NDArray::full(dys, 0.25)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * xs.num_elements());
+  static const char* axes[] = {"column sums", "row sums", "sum of all"};
+  state.SetLabel(std::string(axes[axis]) + ", " + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_SumGradient)
+    ->ArgsProduct({{0, 1, 2}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -523,6 +524,66 @@ TEST(Threads, WholeArrayReductionsGiveTheSameBitsAtAnyThreadCount) {
   EXPECT_NEAR(got[0][0].item(0), want, 1e-2);
   EXPECT_NEAR(got[0][1].item(0), want / 300000.0, 1e-8);
   EXPECT_NEAR(got[0][2].item(0), 1.0, 1e-6);  // sin reaches 1 within float32 rounding
+}
+
+// The gradient of a sum over axes is the incoming gradient broadcast back (BroadcastToLike): on
+// the cpu backend rows of the last axis copied from the gradient or filled with one of its values,
+// split over threads by the grain policy. Every element checked against its definition (dx at i is
+// dy at i with the summed axes' coordinates dropped), at 1, 2 and 16 threads, and against the
+// reference's bits: one value to all (small, and split in two tasks), a column to rows (small,
+// and split), a row to every row (split), a middle axis (small, and split in three tasks, whose
+// second and third start the odometer mid-array), and two outer axes with the last one summed.
+TEST(Threads, BroadcastGradientsCopyTheirRows) {
+  struct Case {
+    Shape shape;
+    std::optional<std::vector<int>> axis;
+  };
+  const std::vector<Case> cases = {{Shape{4, 5}, std::nullopt},
+                                   {Shape{400000}, std::nullopt},
+                                   {Shape{6, 7}, std::vector<int>{1}},
+                                   {Shape{4000, 64}, std::vector<int>{1}},
+                                   {Shape{1000, 300}, std::vector<int>{0}},
+                                   {Shape{3, 4, 5}, std::vector<int>{1}},
+                                   {Shape{30, 40, 50}, std::vector<int>{0, 2}},
+                                   {Shape{64, 100, 64}, std::vector<int>{1}}};
+  for (const Case& cs : cases) {
+    const std::string what =
+        cs.shape.str() +
+        (cs.axis ? " over " + std::to_string(cs.axis->size()) + " axes" : " over all");
+    const int r = cs.shape.ndim();
+    std::vector<bool> summed(static_cast<std::size_t>(r), !cs.axis);
+    if (cs.axis)
+      for (int a : *cs.axis) summed[static_cast<std::size_t>(a)] = true;
+    std::vector<std::int64_t> kept;  // the incoming gradient's shape (keepdims)
+    for (int d = 0; d < r; ++d)
+      kept.push_back(summed[static_cast<std::size_t>(d)] ? 1 : cs.shape[d]);
+    const Shape dy_shape(kept);
+    const NDArray xv = NDArray::full(cs.shape, 0.0);
+    const NDArray dyv = pattern(dy_shape);
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto x = K::placeholder(cs.shape);
+        auto y = K::sum(x, {.axis = cs.axis, .keepdims = true});
+        auto dy = K::placeholder(dy_shape);
+        auto g = K::gradients({y}, {x}, {dy})[0];
+        return K::function({x, dy}, {g}, {}, {.backend = backend})({xv, dyv});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, what);
+    const NDArray cpu = run("cpu", 2)[0];
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < xv.size(); ++i) {
+      std::int64_t rest = i, at = 0, stride = 1;
+      for (int d = r - 1; d >= 0; --d) {
+        const std::int64_t coord = rest % cs.shape[d];
+        rest /= cs.shape[d];
+        if (!summed[static_cast<std::size_t>(d)]) at += coord * stride;
+        stride *= kept[static_cast<std::size_t>(d)];
+      }
+      bad += cpu.item(i) != dyv.item(at);
+    }
+    EXPECT_EQ(bad, 0) << what;
+  }
 }
 
 TEST(Threads, SetAndQueryTheLimit) {

@@ -1,5 +1,6 @@
 // cpu reductions, split over threads: the bias-gradient SumToLike (sums over leading rows), which
-// training hits on every step, and Sum, Mean, Max, Min, Prod over axes (the reference's bits).
+// training hits on every step, its adjoint BroadcastToLike, and Sum, Mean, Max, Min, Prod over
+// axes (the reference's bits).
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -169,6 +170,55 @@ void sum_to_like_kernel(const KernelCall& c) {
   }
   if (column_sum<T>(c.in[0], c.out, y)) return;
   sum_to_like<T>(c);  // the general strided case, shared with the reference backend
+}
+
+// BroadcastToLike(g, like): g broadcast to like's shape, the gradient of a sum or a mean (a
+// loss's mean, a weight regularizer's sum over the weights). Rows of the output's last axis, each
+// a copy of a row of g or one of its values repeated, split over threads; g's offset for the
+// next row advances as an odometer over the leading axes. Copies only: the reference's bits.
+template <class T>
+void broadcast_to_like_kernel(const KernelCall& c) {
+  const ArrayRef& g = c.in[0];
+  const T* pg = ptr<T>(g);
+  T* y = ptr<T>(c.out);
+  const std::int64_t n = c.out.size;
+  if (n == 0) return;
+  if (g.size == 1) {
+    const T v = pg[0];
+    parallel_for(n, 0.25, [&](std::int64_t i0, std::int64_t i1) { std::fill(y + i0, y + i1, v); });
+    return;
+  }
+  const int r = c.out.ndim;
+  const std::int64_t* dims = c.out.dims;
+  std::int64_t sg[kMaxRank];
+  broadcast_strides(g, r, dims, sg);
+  const std::int64_t w = dims[r - 1], rows = n / w;
+  const bool copy = sg[r - 1] != 0;  // g's rows run along the last axis (stride 1)
+  parallel_for(
+      rows, 0.25 * static_cast<double>(w) + 16.0,
+      [&](std::int64_t r0, std::int64_t r1) {
+        std::int64_t idx[kMaxRank] = {};
+        std::int64_t off = 0;
+        for (std::int64_t d = r - 2, rest = r0; d >= 0; --d) {
+          idx[d] = rest % dims[d];
+          rest /= dims[d];
+          off += idx[d] * sg[d];
+        }
+        for (std::int64_t row = r0; row < r1; ++row) {
+          T* out = y + row * w;
+          if (copy)
+            std::copy(pg + off, pg + off + w, out);
+          else
+            std::fill(out, out + w, pg[off]);
+          for (std::int64_t d = r - 2; d >= 0; --d) {
+            off += sg[d];
+            if (++idx[d] < dims[d]) break;
+            off -= sg[d] * dims[d];
+            idx[d] = 0;
+          }
+        }
+      },
+      1);
 }
 
 // Sum (0), Mean (1), Max (2), Min (3), Prod (4) over any axes, the outputs split over threads.
@@ -365,6 +415,8 @@ void reduce_kernel(const KernelCall& c) {
 void register_cpu_reduce(Backend& b) {
   b.set(Op::SumToLike, DType::float32, &sum_to_like_kernel<float>);
   b.set(Op::SumToLike, DType::float64, &sum_to_like_kernel<double>);
+  b.set(Op::BroadcastToLike, DType::float32, &broadcast_to_like_kernel<float>);
+  b.set(Op::BroadcastToLike, DType::float64, &broadcast_to_like_kernel<double>);
   auto each = [&](auto t) {
     using T = decltype(t);
     b.set(Op::Sum, dtype_of<T>, &reduce_kernel<T, 0>);
