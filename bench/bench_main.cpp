@@ -28,6 +28,8 @@
 //   BM_ChannelMean/<0 cpu, 1 reference>/<threads>: a batch norm's means over 3 of 4 axes
 //   BM_SumGradient/<axis 0, 1, 2 = all>/<0 cpu, 1 reference>/<threads>: the gradient of K::sum
 //     over (784, 256), the incoming gradient broadcast back (BroadcastToLike)
+//   BM_ReversePad/<0 reverse (28, 128, 128) along time, 1 pad (128, 28, 28, 1) by 2, 2 its
+//     gradient>/<0 cpu, 1 reference>/<threads>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -499,6 +501,40 @@ void BM_SumGradient(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_SumGradient)
+    ->ArgsProduct({{0, 1, 2}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {1}, {1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// Layout copies that ran the reference's per-element kernels on the cpu backend before they had
+// their own: kind 0 K::reverse of a time-major (28, 128, 128) along time (go_backwards), 1
+// K::spatial_2d_padding of (128, 28, 28, 1) by 2 on every side, 2 its gradient (a crop).
+void BM_ReversePad(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const Shape xs = kind == 0 ? Shape{28, 128, 128} : Shape{128, 28, 28, 1};
+  auto x = K::placeholder(xs);
+  ktape::Tensor y;
+  if (kind == 0) {
+    y = K::reverse(x, 0);
+  } else {
+    y = K::spatial_2d_padding(x, {{{2, 2}, {2, 2}}});
+    if (kind == 2) {
+      auto dy = K::placeholder({128, 32, 32, 1});
+      y = K::gradients({y}, {x}, {dy})[0];
+      x = dy;  // what the Function is fed
+    }
+  }
+  auto f = K::function({x}, {y}, {}, {.backend = backend_name(variant)});
+  std::vector<NDArray> ins{NDArray::full(kind == 2 ? Shape{128, 32, 32, 1} : xs, 0.5)}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  static const char* kinds[] = {"reverse time-major", "pad images", "pad's gradient"};
+  state.SetLabel(std::string(kinds[kind]) + ", " + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_ReversePad)
     ->ArgsProduct({{0, 1, 2}, {0}, {1, 2}})
     ->ArgsProduct({{0, 1, 2}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)

@@ -586,6 +586,94 @@ TEST(Threads, BroadcastGradientsCopyTheirRows) {
   }
 }
 
+// Reverse and Pad on the cpu backend copy rows (the innermost flipped or padded axis with the
+// axes after it), split over threads by the grain policy: the reference's bits at 1, 2 and 16
+// threads, for flips of the last, a middle and outer axes (blocks of one element and of many,
+// small and split), padding in both data formats, and padding's gradient (negative amounts:
+// a crop), plus one hand case of each.
+TEST(Threads, ReverseAndPadMoveRows) {
+  using Make = Tensor (*)(const Tensor&);
+  struct Case {
+    Shape shape;
+    Make make;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {Shape{7}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse (7) axis 0"},
+      {Shape{4, 6}, [](const Tensor& x) { return K::reverse(x, 1); }, "reverse (4, 6) axis 1"},
+      {Shape{4, 6}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse (4, 6) axis 0"},
+      {Shape{3, 4, 5},
+       [](const Tensor& x) {
+         return K::reverse(x, {0, 2});
+       },
+       "reverse axes 0, 2"},
+      {Shape{3, 4, 5}, [](const Tensor& x) { return K::reverse(x, 1); },
+       "reverse (3, 4, 5) axis 1"},
+      {Shape{28, 64, 128}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse time-major"},
+      {Shape{1000, 300}, [](const Tensor& x) { return K::reverse(x, -1); }, "reverse long rows"},
+      {Shape{64, 40, 30},
+       [](const Tensor& x) {
+         return K::reverse(x, {0, 1});
+       },
+       "reverse outer"},
+      {Shape{2, 5, 4, 3},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{1, 2}, {3, 0}}});
+       },
+       "pad channels_last"},
+      {Shape{2, 3, 5, 4},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{2, 1}, {0, 3}}}, "channels_first");
+       },
+       "pad channels_first"},
+      {Shape{128, 28, 28, 1},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{2, 2}, {2, 2}}});
+       },
+       "pad a batch of images"},
+      {Shape{300, 70, 8},
+       [](const Tensor& x) {
+         return K::temporal_padding(x, {3, 1});
+       },
+       "temporal pad"},
+      {Shape{64, 26, 26, 8},
+       [](const Tensor& x) {
+         const Tensor p = K::spatial_2d_padding(x, {{{1, 2}, {2, 1}}});
+         return K::gradients(K::sum(p * K::cos(p)), {x})[0];  // a crop of cos(p) - p sin(p)
+       },
+       "pad's gradient (a crop)"}};
+  for (const Case& cs : cases) {
+    const NDArray xv = pattern(cs.shape);
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto x = K::placeholder(cs.shape);
+        return K::function({x}, {cs.make(x)}, {}, {.backend = backend})({xv});
+      });
+    };
+    expect_reference_bits(run, {1, 2, 16}, cs.what);
+  }
+  // By hand: rows (1 2 3), (4 5 6) reversed along the last axis and along the first; a 1 x 2
+  // image padded one row above and one column on each side.
+  NDArray a(Shape{2, 3}, DType::float32);
+  for (int i = 0; i < 6; ++i) a.set_item(i, i + 1.0);
+  auto x = K::placeholder({2, 3});
+  const auto rev = K::function({x}, {K::reverse(x, 1), K::reverse(x, 0)})({a});
+  const std::vector<double> last{3, 2, 1, 6, 5, 4}, first{4, 5, 6, 1, 2, 3};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(rev[0].item(i), last[static_cast<std::size_t>(i)]) << i;
+    EXPECT_EQ(rev[1].item(i), first[static_cast<std::size_t>(i)]) << i;
+  }
+  auto img = K::placeholder({1, 1, 2, 1});
+  NDArray iv(Shape{1, 1, 2, 1}, DType::float32);
+  iv.set_item(0, 7.0);
+  iv.set_item(1, 8.0);
+  const NDArray padded =
+      K::function({img}, {K::spatial_2d_padding(img, {{{1, 0}, {1, 1}}})})({iv})[0];
+  ASSERT_EQ(padded.shape(), (Shape{1, 2, 4, 1}));
+  const std::vector<double> want{0, 0, 0, 0, 0, 7, 8, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(padded.item(i), want[static_cast<std::size_t>(i)]) << i;
+}
+
 TEST(Threads, SetAndQueryTheLimit) {
   ktape::set_num_threads(1);
   EXPECT_EQ(ktape::num_threads(), 1);

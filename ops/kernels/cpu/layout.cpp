@@ -1,6 +1,7 @@
 // cpu layout kernels: Slice and SlicePad as row copies (memcpy of the contiguous inner run),
-// and Transpose split over output rows by the grain policy, for every dtype (they only move
-// bytes). Attrs as in ops/layout.cpp.
+// and Transpose, Reverse and Pad split over output rows by the grain policy, for every dtype
+// (they only move bytes). Attrs as in ops/layout.cpp and ops/image.cpp.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/backend.hpp"
@@ -120,29 +121,175 @@ void transpose_kernel(const KernelCall& c) {
       [&](std::int64_t r0, std::int64_t r1) { transpose_rows<ES>(c, src_strides, r0, r1); }, 1);
 }
 
-}  // namespace
+// The row of `dims` (its axes before `k`) that row `row` of the output reads: each coordinate
+// mirrored on a flipped axis (Reverse) or shifted back by `before` (Pad; -1 when it falls outside
+// the source, whose dims are `src_dims`).
+inline std::int64_t source_row(std::int64_t row, int k, const std::int64_t* dims,
+                               const std::int64_t* src_dims, const bool* flip,
+                               const std::int64_t* before) {
+  std::int64_t src = 0, mul = 1;
+  for (int d = k - 1; d >= 0; --d) {
+    std::int64_t coord = row % dims[d];
+    row /= dims[d];
+    if (flip && flip[d]) coord = dims[d] - 1 - coord;
+    if (before) coord -= before[d];
+    if (coord < 0 || coord >= src_dims[d]) return -1;
+    src += coord * mul;
+    mul *= src_dims[d];
+  }
+  return src;
+}
 
-void register_cpu_layout(Backend& b) {
+// Reverse: the innermost flipped axis k and the axes after it (a block of B elements, kept in
+// order) make an output row, the source row's L = dims[k] blocks in reverse order (the axes
+// before k mirrored where flipped). The blocks split over threads (one flipped axis of time-major
+// steps is a row of large blocks), or the rows where blocks are single elements.
+template <std::size_t ES>
+void reverse_kernel(const KernelCall& c) {
+  const ArrayRef& in = c.in[0];
+  const int r = in.ndim;
+  if (in.size == 0) return;
+  bool flip[kMaxRank] = {};
+  int k = -1;
+  for (auto a : attrs::IntList::of(*c.attrs).values) {
+    flip[a] = true;
+    k = std::max(k, static_cast<int>(a));
+  }
+  const char* x = static_cast<const char*>(in.data);
+  char* y = static_cast<char*>(c.out.data);
+  if (k < 0 || r == 0) {
+    std::memcpy(y, x, static_cast<std::size_t>(in.size) * ES);
+    return;
+  }
+  std::int64_t block = 1;
+  for (int d = k + 1; d < r; ++d) block *= in.dims[d];
+  const std::int64_t len = in.dims[k], rows = in.size / (len * block);
+  const std::size_t row_bytes = static_cast<std::size_t>(len * block) * ES;
+  const std::size_t block_bytes = static_cast<std::size_t>(block) * ES;
+  if (block == 1) {
+    parallel_for(
+        rows, static_cast<double>(len) + 16.0,
+        [&](std::int64_t r0, std::int64_t r1) {
+          for (std::int64_t row = r0; row < r1; ++row) {
+            const std::int64_t src = source_row(row, k, in.dims, in.dims, flip, nullptr);
+            const char* from = x + static_cast<std::size_t>(src) * row_bytes;
+            char* to = y + static_cast<std::size_t>(row) * row_bytes;
+            for (std::int64_t j = 0; j < len; ++j)
+              std::memcpy(to + static_cast<std::size_t>(j) * ES,
+                          from + static_cast<std::size_t>(len - 1 - j) * ES, ES);
+          }
+        },
+        1);
+    return;
+  }
+  parallel_for(
+      rows * len, 0.25 * static_cast<double>(block) + 16.0,
+      [&](std::int64_t i0, std::int64_t i1) {
+        for (std::int64_t i = i0; i < i1; ++i) {
+          const std::int64_t row = i / len, j = i % len;
+          const std::int64_t src = source_row(row, k, in.dims, in.dims, flip, nullptr);
+          std::memcpy(y + static_cast<std::size_t>(row) * row_bytes +
+                          static_cast<std::size_t>(j) * block_bytes,
+                      x + static_cast<std::size_t>(src) * row_bytes +
+                          static_cast<std::size_t>(len - 1 - j) * block_bytes,
+                      block_bytes);
+        }
+      },
+      1);
+}
+
+// Pad: the innermost padded axis k and the axes after it make an output row of W elements: the
+// source row's elements shifted by before[k] times the block after k (negative amounts crop),
+// zeros around them, or a row of zeros where the axes before k fall outside the source. The
+// rows split over threads.
+template <std::size_t ES>
+void pad_kernel(const KernelCall& c) {
+  const auto p = attrs::Pad::of(*c.attrs);
+  const ArrayRef& in = c.in[0];
+  const int r = c.out.ndim;
+  const char* x = static_cast<const char*>(in.data);
+  char* y = static_cast<char*>(c.out.data);
+  if (c.out.size == 0) return;
+  int k = -1;
+  for (int d = 0; d < r; ++d)
+    if (p.before[static_cast<std::size_t>(d)] != 0 || p.after[static_cast<std::size_t>(d)] != 0)
+      k = d;
+  if (k < 0) {  // nothing padded: the same shape
+    std::memcpy(y, x, static_cast<std::size_t>(c.out.size) * ES);
+    return;
+  }
+  std::int64_t block = 1;
+  for (int d = k + 1; d < r; ++d) block *= c.out.dims[d];
+  const std::int64_t w_out = c.out.dims[k] * block, w_in = in.dims[k] * block;
+  const std::int64_t shift = p.before[static_cast<std::size_t>(k)] * block;
+  const std::int64_t j0 = std::clamp<std::int64_t>(shift, 0, w_out);
+  const std::int64_t j1 = std::clamp<std::int64_t>(shift + w_in, j0, w_out);
+  const std::int64_t rows = c.out.size / w_out;
+  parallel_for(
+      rows, 0.25 * static_cast<double>(w_out) + 16.0,
+      [&](std::int64_t r0, std::int64_t r1) {
+        for (std::int64_t row = r0; row < r1; ++row) {
+          const std::int64_t src =
+              source_row(row, k, c.out.dims, in.dims, nullptr, p.before.data());
+          char* to = y + static_cast<std::size_t>(row * w_out) * ES;
+          if (src < 0 || j1 == j0) {
+            std::memset(to, 0, static_cast<std::size_t>(w_out) * ES);
+            continue;
+          }
+          std::memset(to, 0, static_cast<std::size_t>(j0) * ES);
+          std::memcpy(to + static_cast<std::size_t>(j0) * ES,
+                      x + static_cast<std::size_t>(src * w_in + j0 - shift) * ES,
+                      static_cast<std::size_t>(j1 - j0) * ES);
+          std::memset(to + static_cast<std::size_t>(j1) * ES, 0,
+                      static_cast<std::size_t>(w_out - j1) * ES);
+        }
+      },
+      1);
+}
+
+// Sets op's kernel for every dtype the backend already has one for, by element size.
+template <template <std::size_t> class Kernel>
+void set_by_size(Backend& b, Op op) {
   for (int d = 0; d < kNumDTypes; ++d) {
     const auto dt = static_cast<DType>(d);
-    if (!b.get(Op::Transpose, dt)) continue;
+    if (!b.get(op, dt)) continue;
     switch (dtype_size(dt)) {
       case 1:
-        b.set(Op::Transpose, dt, &transpose_kernel<1>);
+        b.set(op, dt, &Kernel<1>::run);
         break;
       case 2:
-        b.set(Op::Transpose, dt, &transpose_kernel<2>);
+        b.set(op, dt, &Kernel<2>::run);
         break;
       case 4:
-        b.set(Op::Transpose, dt, &transpose_kernel<4>);
+        b.set(op, dt, &Kernel<4>::run);
         break;
       case 8:
-        b.set(Op::Transpose, dt, &transpose_kernel<8>);
+        b.set(op, dt, &Kernel<8>::run);
         break;
       default:
         break;
     }
   }
+}
+template <std::size_t ES>
+struct TransposeKernel {
+  static void run(const KernelCall& c) { transpose_kernel<ES>(c); }
+};
+template <std::size_t ES>
+struct ReverseKernel {
+  static void run(const KernelCall& c) { reverse_kernel<ES>(c); }
+};
+template <std::size_t ES>
+struct PadKernel {
+  static void run(const KernelCall& c) { pad_kernel<ES>(c); }
+};
+
+}  // namespace
+
+void register_cpu_layout(Backend& b) {
+  set_by_size<TransposeKernel>(b, Op::Transpose);
+  set_by_size<ReverseKernel>(b, Op::Reverse);
+  set_by_size<PadKernel>(b, Op::Pad);
   for (int d = 0; d < kNumDTypes; ++d) {
     if (b.get(Op::Slice, static_cast<DType>(d)))
       b.set(Op::Slice, static_cast<DType>(d), &slice_kernel);
