@@ -30,6 +30,8 @@
 //     over (784, 256), the incoming gradient broadcast back (BroadcastToLike)
 //   BM_ReversePad/<0 reverse (28, 128, 128) along time, 1 pad (128, 28, 28, 1) by 2, 2 its
 //     gradient>/<0 cpu, 1 reference>/<threads>
+//   BM_Ctc/<0 cpu, 1 reference>/<threads>: K::ctc_batch_cost and its gradient, 32 samples of 50
+//     steps over 30 classes
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -537,6 +539,38 @@ void BM_ReversePad(benchmark::State& state) {
 BENCHMARK(BM_ReversePad)
     ->ArgsProduct({{0, 1, 2}, {0}, {1, 2}})
     ->ArgsProduct({{0, 1, 2}, {1}, {1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// K::ctc_batch_cost and its gradient for 32 samples of 50 steps over 30 classes (labels of 10),
+// as an OCR model's loss: the per-sample dynamic programs, in order on the reference backend and
+// as tasks on the cpu one.
+void BM_Ctc(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  constexpr std::int64_t N = 32, T = 50, C = 30, L = 10;
+  auto yt = K::placeholder({N, L}), yp = K::placeholder({N, T, C});
+  auto il = K::placeholder({N, 1}), ll = K::placeholder({N, 1});
+  auto loss = K::ctc_batch_cost(yt, K::softmax(yp), il, ll);
+  auto g = K::gradients(K::mean(loss), {yp})[0];
+  auto f =
+      K::function({yt, yp, il, ll}, {K::mean(loss), g}, {}, {.backend = backend_name(variant)});
+  NDArray tv(Shape{N, L}, DType::float32), pv(Shape{N, T, C}, DType::float32);
+  for (std::int64_t i = 0; i < tv.size(); ++i)
+    tv.set_item(i, static_cast<double>((i * 7) % (C - 1)));
+  for (std::int64_t i = 0; i < pv.size(); ++i)
+    pv.set_item(i, std::sin(0.37 * static_cast<double>(i)));
+  std::vector<NDArray> ins{tv, pv, NDArray::full(Shape{N, 1}, T), NDArray::full(Shape{N, 1}, L)},
+      outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetLabel(std::string(backend_name(variant)) + ", " +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_Ctc)
+    ->Args({0, 1})
+    ->Args({0, 2})
+    ->Args({1, 1})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -530,9 +530,10 @@ TEST(Threads, WholeArrayReductionsGiveTheSameBitsAtAnyThreadCount) {
 // the cpu backend rows of the last axis copied from the gradient or filled with one of its values,
 // split over threads by the grain policy. Every element checked against its definition (dx at i is
 // dy at i with the summed axes' coordinates dropped), at 1, 2 and 16 threads, and against the
-// reference's bits: one value to all (small, and split in two tasks), a column to rows (small,
-// and split), a row to every row (split), a middle axis (small, and split in three tasks, whose
-// second and third start the odometer mid-array), and two outer axes with the last one summed.
+// reference's bits: one value to all (small, and in 3 tasks), a column to rows (small, and in 4
+// tasks), a row to every row (3 tasks), a middle axis (small, and in 6 tasks, which start the
+// odometer mid-array), and two outer axes with the last one summed (the task counts are the grain
+// policy's for these sizes).
 TEST(Threads, BroadcastGradientsCopyTheirRows) {
   struct Case {
     Shape shape;
@@ -588,9 +589,11 @@ TEST(Threads, BroadcastGradientsCopyTheirRows) {
 
 // Reverse and Pad on the cpu backend copy rows (the innermost flipped or padded axis with the
 // axes after it), split over threads by the grain policy: the reference's bits at 1, 2 and 16
-// threads, for flips of the last, a middle and outer axes (blocks of one element and of many,
-// small and split), padding in both data formats, and padding's gradient (negative amounts:
-// a crop), plus one hand case of each.
+// threads, for flips of the last, a middle and outer axes (blocks of one element, small and in 8
+// tasks; blocks of many, small and in 4 tasks (a time-major flip: one row of 28 blocks) or 3
+// starting mid-row), padding in both data formats (small, and in 3 tasks), and padding's
+// gradient (negative amounts: a crop, in 3 tasks), plus one hand case of each (the task counts
+// are the grain policy's for these sizes).
 TEST(Threads, ReverseAndPadMoveRows) {
   using Make = Tensor (*)(const Tensor&);
   struct Case {
@@ -609,9 +612,9 @@ TEST(Threads, ReverseAndPadMoveRows) {
        "reverse axes 0, 2"},
       {Shape{3, 4, 5}, [](const Tensor& x) { return K::reverse(x, 1); },
        "reverse (3, 4, 5) axis 1"},
-      {Shape{28, 64, 128}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse time-major"},
+      {Shape{28, 128, 128}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse time-major"},
       {Shape{1000, 300}, [](const Tensor& x) { return K::reverse(x, -1); }, "reverse long rows"},
-      {Shape{64, 40, 30},
+      {Shape{64, 40, 64},
        [](const Tensor& x) {
          return K::reverse(x, {0, 1});
        },
@@ -631,7 +634,7 @@ TEST(Threads, ReverseAndPadMoveRows) {
          return K::spatial_2d_padding(x, {{{2, 2}, {2, 2}}});
        },
        "pad a batch of images"},
-      {Shape{300, 70, 8},
+      {Shape{600, 70, 8},
        [](const Tensor& x) {
          return K::temporal_padding(x, {3, 1});
        },
@@ -672,6 +675,66 @@ TEST(Threads, ReverseAndPadMoveRows) {
   ASSERT_EQ(padded.shape(), (Shape{1, 2, 4, 1}));
   const std::vector<double> want{0, 0, 0, 0, 0, 7, 8, 0};
   for (int i = 0; i < 8; ++i) EXPECT_EQ(padded.item(i), want[static_cast<std::size_t>(i)]) << i;
+}
+
+// CTC on the cpu backend runs its samples as tasks (ops/kernels/ctc.cpp): the loss, its gradient
+// and the greedy and beam decoders of 24 samples of varied lengths give the same bits at 1, 2 and
+// 16 threads, and a batch with two bad samples names the first of them at any count.
+TEST(Threads, CtcSamplesAsTasks) {
+  constexpr std::int64_t N = 24, T = 30, C = 12, L = 6;
+  NDArray labels(Shape{N, L}, DType::float32), lengths(Shape{N, 1}, DType::float32),
+      steps(Shape{N, 1}, DType::float32);
+  for (std::int64_t b = 0; b < N; ++b) {
+    for (std::int64_t i = 0; i < L; ++i)
+      labels.set_item(b * L + i, static_cast<double>((b * 5 + i * 3) % (C - 1)));
+    lengths.set_item(b, static_cast<double>(1 + b % L));
+    steps.set_item(b, static_cast<double>(T - b % 7));
+  }
+  const NDArray logits = pattern(Shape{N, T, C}, 2.0);
+  auto run = [&](const std::string& backend, int threads) {
+    return in_arena(threads, [&] {
+      auto yt = K::placeholder({N, L}), yp = K::placeholder({N, T, C});
+      auto il = K::placeholder({N, 1}), ll = K::placeholder({N, 1});
+      auto p = K::softmax(yp);
+      auto loss = K::ctc_batch_cost(yt, p, il, ll);
+      auto grad = K::gradients(K::sum(loss), {yp})[0];
+      auto greedy = K::ctc_decode(p, K::flatten(il));
+      auto beam =
+          K::ctc_decode(p, K::flatten(il), {.greedy = false, .beam_width = 4, .top_paths = 2});
+      return K::function({yt, yp, il, ll},
+                         {loss, grad, greedy.decoded[0], greedy.log_probability, beam.decoded[0],
+                          beam.decoded[1], beam.log_probability},
+                         {}, {.backend = backend})({labels, logits, steps, lengths});
+    });
+  };
+  // The same bits at every thread count; the reference's within rounding (its log is libm's,
+  // the cpu backend's Eigen's vectorized one).
+  const auto one = run("cpu", 1), ref = run("reference", 1);
+  for (int threads : {2, 16}) {
+    const auto many = run("cpu", threads);
+    for (std::size_t k = 0; k < one.size(); ++k)
+      EXPECT_EQ(0, std::memcmp(one[k].raw_data(), many[k].raw_data(), one[k].nbytes()))
+          << "output " << k << " at " << threads << " threads";
+  }
+  for (std::size_t k = 0; k < one.size(); ++k)
+    for (std::int64_t i = 0; i < one[k].size(); ++i)
+      EXPECT_NEAR(one[k].item(i), ref[k].item(i), 1e-4 * (1.0 + std::abs(ref[k].item(i))))
+          << "output " << k << " element " << i;
+  for (std::int64_t b = 0; b < N; ++b) EXPECT_GT(one[0].item(b), 0.0) << b;  // -log p > 0
+  NDArray bad = labels;
+  bad.set_item(5 * L, static_cast<double>(C - 1));   // sample 5: the blank as a label
+  bad.set_item(17 * L, static_cast<double>(C + 3));  // sample 17: past the classes
+  for (int threads : {1, 2, 16}) {
+    const std::string msg = ktape::testing_util::error_of<ktape::ValueError>([&] {
+      in_arena(threads, [&] {
+        auto yt = K::placeholder({N, L}), yp = K::placeholder({N, T, C});
+        auto il = K::placeholder({N, 1}), ll = K::placeholder({N, 1});
+        return K::function({yt, yp, il, ll}, {K::ctc_batch_cost(yt, K::softmax(yp), il, ll)}, {},
+                           {.backend = "cpu"})({bad, logits, steps, lengths});
+      });
+    });
+    EXPECT_HAS(msg, "K::ctc_batch_cost: sample 5: label 11 at position 0") << threads;
+  }
 }
 
 TEST(Threads, SetAndQueryTheLimit) {

@@ -13,4 +13,5 @@ void register_cpu_layout(Backend& b);
 void register_cpu_conv(Backend& b);
 void register_cpu_pool(Backend& b);
 void register_cpu_nn(Backend& b);
+void register_cpu_ctc(Backend& b);  // ops/kernels/ctc.cpp
 }  // namespace ktape::kernels

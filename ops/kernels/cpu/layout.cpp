@@ -121,9 +121,9 @@ void transpose_kernel(const KernelCall& c) {
       [&](std::int64_t r0, std::int64_t r1) { transpose_rows<ES>(c, src_strides, r0, r1); }, 1);
 }
 
-// The row of `dims` (its axes before `k`) that row `row` of the output reads: each coordinate
-// mirrored on a flipped axis (Reverse) or shifted back by `before` (Pad; -1 when it falls outside
-// the source, whose dims are `src_dims`).
+// The source row (over the source's axes before `k`, of dims `src_dims`) that row `row` of the
+// output (over its axes before `k`, of dims `dims`) reads: each coordinate mirrored on a flipped
+// axis (Reverse) or shifted back by `before` (Pad; -1 when it falls outside the source).
 inline std::int64_t source_row(std::int64_t row, int k, const std::int64_t* dims,
                                const std::int64_t* src_dims, const bool* flip,
                                const std::int64_t* before) {

@@ -180,11 +180,11 @@ void pool_rows_unclipped(const WindowDims& g, const T* __restrict x, T* __restri
   const std::int64_t cx = g.cx, in_w = g.in[1], out_h = g.out[0], out_w = g.out[1];
   const std::int64_t k0 = g.k[0], k1 = g.k[1];
   const T count = static_cast<T>(k0 * k1);
+  const std::int64_t pitch = in_w * cx * static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t span = std::min(k1, g.s[1]) * cx * static_cast<std::int64_t>(sizeof(T));
   for (std::int64_t r = r0; r < r1; ++r) {
     const std::int64_t n = r / out_h, oy = r % out_h;
     const T* img = x + n * g.in_pixels * cx;
-    const std::int64_t pitch = in_w * cx * static_cast<std::int64_t>(sizeof(T));
-    const std::int64_t span = std::min(k1, g.s[1]) * cx * static_cast<std::int64_t>(sizeof(T));
     for (std::int64_t ox = 0; ox < out_w; ++ox) {
       const T* w0 = img + (oy * g.s[0] * in_w + ox * g.s[1]) * cx;
       T* out = y + ((n * out_h + oy) * out_w + ox) * cx;

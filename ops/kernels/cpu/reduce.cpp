@@ -199,7 +199,8 @@ void broadcast_to_like_kernel(const KernelCall& c) {
       [&](std::int64_t r0, std::int64_t r1) {
         std::int64_t idx[kMaxRank] = {};
         std::int64_t off = 0;
-        for (std::int64_t d = r - 2, rest = r0; d >= 0; --d) {
+        std::int64_t rest = r0;
+        for (int d = r - 2; d >= 0; --d) {
           idx[d] = rest % dims[d];
           rest /= dims[d];
           off += idx[d] * sg[d];
@@ -210,7 +211,7 @@ void broadcast_to_like_kernel(const KernelCall& c) {
             std::copy(pg + off, pg + off + w, out);
           else
             std::fill(out, out + w, pg[off]);
-          for (std::int64_t d = r - 2; d >= 0; --d) {
+          for (int d = r - 2; d >= 0; --d) {
             off += sg[d];
             if (++idx[d] < dims[d]) break;
             off -= sg[d] * dims[d];

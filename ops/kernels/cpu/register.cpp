@@ -17,6 +17,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_cpu_conv(b);
   kernels::register_cpu_pool(b);
   kernels::register_cpu_nn(b);
+  kernels::register_cpu_ctc(b);
 }
 
 }  // namespace ktape

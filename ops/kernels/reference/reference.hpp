@@ -15,7 +15,7 @@ void register_reference_reduce(Backend& b);
 void register_reference_nn(Backend& b);
 void register_reference_layout(Backend& b);
 void register_reference_window(Backend& b);
-void register_reference_ctc(Backend& b);
+void register_reference_ctc(Backend& b);  // ops/kernels/ctc.cpp, shared with the cpu backend
 void register_reference_sparse(Backend& b);
 // Element i of an index array of any numeric dtype as int64 (floats saturate, NaN is -1).
 std::int64_t read_index(const ArrayRef& a, std::int64_t i);

@@ -1,5 +1,8 @@
-// Reference kernels for CTC (Graves et al. 2006), in log space, with the blank as the last class
-// (TF's ctc_loss and decoders).
+// CTC kernels (Graves et al. 2006), in log space, with the blank as the last class (TF's ctc_loss
+// and decoders), for both backends: the same code per sample, the samples in order on the
+// reference backend and split over threads on the cpu one (each sample its own task at these
+// costs), so both give the same bits. Every sample is checked before any is computed, so a call
+// with bad samples reports the first of them whatever the thread count.
 // CtcLoss(logp (N,T,C) log-softmaxed, labels (N,L) int32, input_length (N) int32, label_length
 // (N) int32) -> (N): -log p(labels | logp). CtcLossGrad(same..., g (N)) -> (N,T,C): d loss / d
 // logp times g, which is -g * gamma (the posterior of class k at step t); zero past a sample's
@@ -16,6 +19,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/errors.hpp"
+#include "engine/parallel.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/reference/reference.hpp"
@@ -102,6 +106,29 @@ std::vector<double> forward(const T* lp, std::int64_t C, const Sample& s) {
   return a;
 }
 
+// Runs f(b) for samples [0, n), each costing `cost` (an add's element is 1: a log_add with its
+// exp and log1p, in double, is about 300), in order or split over threads.
+template <bool Parallel, class F>
+void for_samples(std::int64_t n, double cost, F&& f) {
+  if constexpr (Parallel) {
+    parallel_for(
+        n, cost,
+        [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t b = b0; b < b1; ++b) f(b);
+        },
+        1);
+  } else {
+    for (std::int64_t b = 0; b < n; ++b) f(b);
+  }
+}
+constexpr double kLogAddCost = 300.0;
+
+std::vector<Sample> samples_of(const KernelCall& c) {
+  std::vector<Sample> all;
+  for (std::int64_t b = 0; b < c.in[0].dims[0]; ++b) all.push_back(sample_of(c, b));
+  return all;
+}
+
 double log_likelihood(const std::vector<double>& a, const Sample& s) {
   const std::size_t S = s.ext.size();
   if (s.steps == 0) return S == 1 ? 0.0 : kNegInf;
@@ -109,37 +136,41 @@ double log_likelihood(const std::vector<double>& a, const Sample& s) {
   return S > 1 ? log_add(last[S - 1], last[S - 2]) : last[0];
 }
 
-template <class T>
+template <class T, bool Parallel>
 void ctc_loss_kernel(const KernelCall& c) {
   const ArrayRef& lp = c.in[0];
   const std::int64_t N = lp.dims[0], T_ = lp.dims[1], C = lp.dims[2];
   T* y = ptr<T>(c.out);
-  for (std::int64_t b = 0; b < N; ++b) {
-    const Sample s = sample_of(c, b);
+  const std::vector<Sample> all = samples_of(c);
+  const double cost = 2.0 * kLogAddCost * static_cast<double>(T_ * (2 * c.in[1].dims[1] + 1));
+  for_samples<Parallel>(N, cost, [&](std::int64_t b) {
+    const Sample& s = all[static_cast<std::size_t>(b)];
     const T* x = ptr<T>(lp) + b * T_ * C;
     y[b] = static_cast<T>(-log_likelihood(forward(x, C, s), s));
-  }
+  });
 }
 
-template <class T>
+template <class T, bool Parallel>
 void ctc_loss_grad_kernel(const KernelCall& c) {
   const ArrayRef& lp = c.in[0];
   const std::int64_t N = lp.dims[0], T_ = lp.dims[1], C = lp.dims[2];
   const T* g = ptr<T>(c.in[4]);
   T* y = ptr<T>(c.out);
-  std::fill(y, y + c.out.size, T(0));
-  for (std::int64_t b = 0; b < N; ++b) {
-    const Sample s = sample_of(c, b);
+  const std::vector<Sample> all = samples_of(c);
+  const double cost = 5.0 * kLogAddCost * static_cast<double>(T_ * (2 * c.in[1].dims[1] + 1));
+  for_samples<Parallel>(N, cost, [&](std::int64_t b) {
+    const Sample& s = all[static_cast<std::size_t>(b)];
     const T* x = ptr<T>(lp) + b * T_ * C;
+    T* out = y + b * T_ * C;
+    std::fill(out, out + T_ * C, T(0));
     const std::vector<double> a = forward(x, C, s);
     const double logp = log_likelihood(a, s);
-    if (logp == kNegInf) continue;  // no alignment: an infinite loss, no gradient
+    if (logp == kNegInf) return;  // no alignment: an infinite loss, no gradient
     const std::size_t S = s.ext.size();
     // beta[s]: log probability of the rest of the sequence after step t, from state s.
     std::vector<double> beta(S, kNegInf), next(S);
     beta[S - 1] = 0;
     if (S > 1) beta[S - 2] = 0;
-    T* out = y + b * T_ * C;
     for (std::int64_t t = s.steps - 1; t >= 0; --t) {
       std::vector<double> gamma(static_cast<std::size_t>(C), kNegInf);
       for (std::size_t k = 0; k < S; ++k) {
@@ -163,7 +194,7 @@ void ctc_loss_grad_kernel(const KernelCall& c) {
       }
       beta.swap(next);
     }
-  }
+  });
 }
 
 // log_softmax of one row.
@@ -184,7 +215,7 @@ struct Beam {
   double total() const { return log_add(blank, label); }
 };
 
-template <class T>
+template <class T, bool Parallel>
 void ctc_decode_kernel(const KernelCall& c) {
   const ArrayRef& in = c.in[0];
   const std::int64_t N = in.dims[0], T_ = in.dims[1], C = in.dims[2];
@@ -194,14 +225,20 @@ void ctc_decode_kernel(const KernelCall& c) {
   const std::int64_t P = greedy ? 1 : a[2];
   const std::int64_t blank = C - 1;
   double* y = ptr<double>(c.out);
-  std::fill(y, y + c.out.size, -1.0);
   for (std::int64_t b = 0; b < N; ++b) {
     const std::int64_t steps = read_index(c.in[1], b);
     if (steps < 0 || steps > T_)
       throw ValueError("K::ctc_decode: sample " + std::to_string(b) + " has input_length " +
                        std::to_string(steps) + " outside [0, " + std::to_string(T_) + "]");
+  }
+  // A beam step extends every beam by every class and ranks them in a map: thousands of adds.
+  const double cost = static_cast<double>(T_ * C) *
+                      (greedy ? 1.0 : 50.0 * kLogAddCost * static_cast<double>(width));
+  for_samples<Parallel>(N, cost, [&](std::int64_t b) {
+    const std::int64_t steps = read_index(c.in[1], b);
     const T* x = ptr<T>(in) + b * T_ * C;
     double* row = y + b * P * (T_ + 1);
+    std::fill(row, row + P * (T_ + 1), -1.0);
     if (greedy) {  // best class per step; repeats merged, then blanks dropped (TF)
       double neg_sum = 0;
       std::int64_t prev = -1, n = 0;
@@ -213,7 +250,7 @@ void ctc_decode_kernel(const KernelCall& c) {
         prev = k;
       }
       row[0] = neg_sum;
-      continue;
+      return;
     }
     // Prefix beam search over log-softmaxed logits (TF normalises them), keeping `width` beams.
     std::map<std::vector<std::int64_t>, Beam> beams{{{}, Beam{0.0, kNegInf}}};
@@ -261,18 +298,22 @@ void ctc_decode_kernel(const KernelCall& c) {
         prev = k;
       }
     }
-  }
+  });
+}
+
+template <bool Parallel>
+void register_ctc(Backend& b) {
+  b.set(Op::CtcLoss, DType::float32, &ctc_loss_kernel<float, Parallel>);
+  b.set(Op::CtcLoss, DType::float64, &ctc_loss_kernel<double, Parallel>);
+  b.set(Op::CtcLossGrad, DType::float32, &ctc_loss_grad_kernel<float, Parallel>);
+  b.set(Op::CtcLossGrad, DType::float64, &ctc_loss_grad_kernel<double, Parallel>);
+  b.set(Op::CtcDecode, DType::float32, &ctc_decode_kernel<float, Parallel>);
+  b.set(Op::CtcDecode, DType::float64, &ctc_decode_kernel<double, Parallel>);
 }
 
 }  // namespace
 
-void register_reference_ctc(Backend& b) {
-  b.set(Op::CtcLoss, DType::float32, &ctc_loss_kernel<float>);
-  b.set(Op::CtcLoss, DType::float64, &ctc_loss_kernel<double>);
-  b.set(Op::CtcLossGrad, DType::float32, &ctc_loss_grad_kernel<float>);
-  b.set(Op::CtcLossGrad, DType::float64, &ctc_loss_grad_kernel<double>);
-  b.set(Op::CtcDecode, DType::float32, &ctc_decode_kernel<float>);
-  b.set(Op::CtcDecode, DType::float64, &ctc_decode_kernel<double>);
-}
+void register_reference_ctc(Backend& b) { register_ctc<false>(b); }
+void register_cpu_ctc(Backend& b) { register_ctc<true>(b); }
 
 }  // namespace ktape::kernels
