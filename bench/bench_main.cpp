@@ -32,6 +32,8 @@
 //     gradient>/<0 cpu, 1 reference>/<threads>
 //   BM_Ctc/<0 cpu, 1 reference>/<threads>: K::ctc_batch_cost and its gradient, 32 samples of 50
 //     steps over 30 classes
+//   BM_Random/<0 uniform, 1 normal, 2 truncated normal, 3 binomial>/<0 cpu, 1 reference>/<threads>:
+//     128 x 784 draws
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -571,6 +573,34 @@ BENCHMARK(BM_Ctc)
     ->Args({0, 1})
     ->Args({0, 2})
     ->Args({1, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// A random op's draws (K::random_uniform, random_normal, truncated_normal, random_binomial: kind
+// 0-3) of 128 x 784 floats, a noise layer's per step, through a Function: the element costs
+// engine/parallel.hpp's grain policy charges them (read against BM_ElementCost's add).
+void BM_Random(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const Shape s{128, 784};
+  const K::RandomOptions o{.seed = 3};
+  const ktape::Tensor t = kind == 0   ? K::random_uniform(s, -1.0, 1.0, o)
+                          : kind == 1 ? K::random_normal(s, 0.0, 1.0, o)
+                          : kind == 2 ? K::truncated_normal(s, 0.0, 1.0, o)
+                                      : K::random_binomial(s, 0.5, o);
+  auto f = K::function({}, {t}, {}, {.backend = backend_name(variant)});
+  std::vector<NDArray> ins, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetItemsProcessed(state.iterations() * s.num_elements());
+  static const char* kinds[] = {"uniform", "normal", "truncated normal", "binomial"};
+  state.SetLabel(std::string(kinds[kind]) + ", " + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_Random)
+    ->ArgsProduct({{0, 1, 2, 3}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

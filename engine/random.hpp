@@ -43,4 +43,19 @@ inline double truncated_normal(std::uint64_t seed, std::uint64_t counter, std::u
   }
 }
 
+// Element `index` of one call of a random op: Kind 0 uniform in [a, b), 1 normal of mean a and
+// standard deviation b, 2 the same truncated at two deviations, 3 Bernoulli with p = a.
+template <int Kind>
+inline double draw(std::uint64_t seed, std::uint64_t counter, std::uint64_t index, double a,
+                   double b) {
+  if constexpr (Kind == 0)
+    return a + (b - a) * uniform(seed, counter, index);
+  else if constexpr (Kind == 1)
+    return a + b * normal(seed, counter, index);
+  else if constexpr (Kind == 2)
+    return a + b * truncated_normal(seed, counter, index);
+  else
+    return uniform(seed, counter, index) <= a ? 1.0 : 0.0;
+}
+
 }  // namespace ktape::rng

@@ -737,6 +737,41 @@ TEST(Threads, CtcSamplesAsTasks) {
   }
 }
 
+// The random ops on the cpu backend draw element i from (seed, call, i) alone (engine/random.hpp)
+// and split the elements over threads: 300,000 values of each kind, float32 and float64, give the
+// reference's bits at 1, 2 and 16 threads; their moments are the distributions' (uniform on
+// [-1, 3): mean 1, variance 16/12; normal of mean 2 and deviation 0.5; truncated at two
+// deviations: variance 0.774 of the untruncated one; Bernoulli 0.3: mean 0.3).
+TEST(Threads, RandomDrawsAreTheReferences) {
+  constexpr std::int64_t n = 300000;
+  for (const char* dt : {"float32", "float64"}) {
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        const K::RandomOptions o{.dtype = dt, .seed = 7};
+        const std::vector<Tensor> draws{
+            K::random_uniform({n}, -1.0, 3.0, o), K::random_normal({n}, 2.0, 0.5, o),
+            K::truncated_normal({n}, 0.0, 1.0, o), K::random_binomial({n}, 0.3, o)};
+        return K::function({}, draws, {}, {.backend = backend})(std::vector<NDArray>{});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, dt);
+    auto moments = [&](std::size_t k) {
+      double s = 0, s2 = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+        s += ref[k].item(i), s2 += ref[k].item(i) * ref[k].item(i);
+      const double m = s / n;
+      return std::pair<double, double>{m, s2 / n - m * m};
+    };
+    EXPECT_NEAR(moments(0).first, 1.0, 0.01) << dt;
+    EXPECT_NEAR(moments(0).second, 16.0 / 12.0, 0.01) << dt;
+    EXPECT_NEAR(moments(1).first, 2.0, 0.005) << dt;
+    EXPECT_NEAR(moments(1).second, 0.25, 0.005) << dt;
+    EXPECT_NEAR(moments(2).first, 0.0, 0.005) << dt;
+    EXPECT_NEAR(moments(2).second, 0.774, 0.01) << dt;
+    EXPECT_NEAR(moments(3).first, 0.3, 0.005) << dt;
+  }
+}
+
 TEST(Threads, SetAndQueryTheLimit) {
   ktape::set_num_threads(1);
   EXPECT_EQ(ktape::num_threads(), 1);

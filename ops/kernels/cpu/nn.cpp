@@ -1,7 +1,10 @@
 // cpu softmax, log-softmax and sparse softmax cross-entropy: the reference's row arithmetic
-// (ops/kernels/softmax.hpp, so the same bits), rows split over threads by the grain policy.
+// (ops/kernels/softmax.hpp, so the same bits), rows split over threads by the grain policy; and
+// the random ops, whose element i is a pure function of (seed, call, i) (engine/random.hpp), split
+// the same way.
 #include "engine/backend.hpp"
 #include "engine/parallel.hpp"
+#include "engine/random.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
@@ -51,6 +54,24 @@ void sparse_softmax_ce_kernel(const KernelCall& c) {
       /*align=*/1);
 }
 
+// RandomUniform (0), RandomNormal (1), TruncatedNormal (2), RandomBinomial (3): the reference's
+// draws (rng::draw), elements split over threads. Costs against an add, from BM_Random: 4 for a
+// uniform or a Bernoulli draw (64-bit mixes, vectorized), 300 for a normal (two uniforms, a log,
+// a sqrt and a cos in double, scalar), 400 for a truncated one (which redraws 5 % of the time
+// and checks every draw).
+template <class T, int Kind>
+void random_kernel(const KernelCall& c) {
+  const auto r = attrs::Random::of(*c.attrs);
+  const double a = r.a, b = r.b;
+  T* y = ptr<T>(c.out);
+  constexpr double kCost = Kind == 1 ? 300.0 : Kind == 2 ? 400.0 : 4.0;
+  parallel_for(c.out.size, kCost, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i)
+      y[i] =
+          static_cast<T>(rng::draw<Kind>(c.seed, c.counter, static_cast<std::uint64_t>(i), a, b));
+  });
+}
+
 }  // namespace
 
 void register_cpu_nn(Backend& b) {
@@ -60,6 +81,14 @@ void register_cpu_nn(Backend& b) {
   b.set(Op::LogSoftmax, DType::float64, &softmax_kernel<double, true>);
   b.set(Op::SparseSoftmaxCE, DType::float32, &sparse_softmax_ce_kernel<float>);
   b.set(Op::SparseSoftmaxCE, DType::float64, &sparse_softmax_ce_kernel<double>);
+  b.set(Op::RandomUniform, DType::float32, &random_kernel<float, 0>);
+  b.set(Op::RandomUniform, DType::float64, &random_kernel<double, 0>);
+  b.set(Op::RandomNormal, DType::float32, &random_kernel<float, 1>);
+  b.set(Op::RandomNormal, DType::float64, &random_kernel<double, 1>);
+  b.set(Op::TruncatedNormal, DType::float32, &random_kernel<float, 2>);
+  b.set(Op::TruncatedNormal, DType::float64, &random_kernel<double, 2>);
+  b.set(Op::RandomBinomial, DType::float32, &random_kernel<float, 3>);
+  b.set(Op::RandomBinomial, DType::float64, &random_kernel<double, 3>);
 }
 
 }  // namespace ktape::kernels

@@ -83,16 +83,7 @@ void random_kernel(const KernelCall& c) {
   const auto b = random_attrs.b;
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < c.out.size; ++i) {
-    const auto u = static_cast<std::uint64_t>(i);
-    double v;
-    if constexpr (Kind == 0)
-      v = a + (b - a) * rng::uniform(c.seed, c.counter, u);
-    else if constexpr (Kind == 1)
-      v = a + b * rng::normal(c.seed, c.counter, u);
-    else if constexpr (Kind == 2)
-      v = a + b * rng::truncated_normal(c.seed, c.counter, u);
-    else
-      v = rng::uniform(c.seed, c.counter, u) <= a ? 1.0 : 0.0;
+    const double v = rng::draw<Kind>(c.seed, c.counter, static_cast<std::uint64_t>(i), a, b);
     y[i] = static_cast<T>(static_cast<Compute<T>>(v));
   }
 }
