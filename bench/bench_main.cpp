@@ -34,6 +34,8 @@
 //     steps over 30 classes
 //   BM_Random/<0 uniform, 1 normal, 2 truncated normal, 3 binomial>/<0 cpu, 1 reference>/<threads>:
 //     128 x 784 draws
+//   BM_Embedding/<0 lookup, 1 its gradient>/<0 cpu, 1 reference>/<threads>: K::gather of 128 x 28
+//     ids from a (10000, 128) table
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -601,6 +603,35 @@ void BM_Random(benchmark::State& state) {
 BENCHMARK(BM_Random)
     ->ArgsProduct({{0, 1, 2, 3}, {0}, {1, 2}})
     ->ArgsProduct({{0, 1, 2, 3}, {1}, {1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// An embedding: K::gather of 128 x 28 token ids from a (10000, 128) table (pass 0), and its
+// gradient for the table (pass 1: zeros, then the incoming rows added at the ids).
+void BM_Embedding(benchmark::State& state) {
+  const int pass = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  auto w = K::placeholder({10000, 128});
+  auto ids = K::placeholder({128, 28}, {.dtype = "int32"});
+  auto e = K::gather(w, ids);
+  auto dy = K::placeholder({128, 28, 128});
+  const std::vector<ktape::Tensor> outs_t{pass == 0 ? e : K::gradients({e}, {w}, {dy})[0]};
+  auto f = K::function({w, ids, dy}, outs_t, {}, {.backend = backend_name(variant)});
+  NDArray iv(Shape{128, 28}, DType::int32);
+  for (std::int64_t i = 0; i < iv.size(); ++i)
+    iv.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7919) % 10000);
+  std::vector<NDArray> ins{NDArray::full(Shape{10000, 128}, 0.5), iv,
+                           NDArray::full(Shape{128, 28, 128}, 0.25)},
+      outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  state.SetLabel(std::string(pass == 0 ? "lookup, " : "gradient, ") + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_Embedding)
+    ->ArgsProduct({{0, 1}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -772,6 +772,63 @@ TEST(Threads, RandomDrawsAreTheReferences) {
   }
 }
 
+// An embedding's lookup (Gather) and its gradient (GatherGrad) on the cpu backend: rows copied,
+// split over threads; the gradient's zeros split, then slots of destination rows adding, each in
+// index order. 8,000 lookups into a (5000, 128) table, every row once and 3,000 twice (10 copy
+// tasks, 4 slots), float32 and float64: the reference's bits at 1, 2 and 16 threads, and the
+// gradient's rows against their definition (the sum, in index order, of the incoming rows looked
+// up there); a bad index is reported at its first position at any thread count.
+TEST(Threads, EmbeddingLookupAndGradientAsTasks) {
+  constexpr std::int64_t vocab = 5000, dim = 128, n = 8000;
+  NDArray ids(Shape{n}, DType::int32);
+  for (std::int64_t i = 0; i < n; ++i)
+    ids.data<std::int32_t>()[i] = static_cast<int>((i * 7919) % vocab);
+  for (const char* dt : {"float32", "float64"}) {
+    const NDArray table =
+        pattern(Shape{vocab, dim})
+            .astype(dt == std::string("float32") ? DType::float32 : DType::float64);
+    const NDArray dy = pattern(Shape{n, dim}, 0.5).astype(table.dtype());
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto w = K::placeholder({vocab, dim}, {.dtype = dt});
+        auto i = K::placeholder({n}, {.dtype = "int32"});
+        auto g = K::placeholder({n, dim}, {.dtype = dt});
+        auto e = K::gather(w, i);
+        return K::function({w, i, g}, {e, K::gradients({e}, {w}, {g})[0]}, {},
+                           {.backend = backend})({table, ids, dy});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, dt);
+    std::vector<double> want(static_cast<std::size_t>(vocab * dim), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < dim; ++j) {
+        auto& v = want[static_cast<std::size_t>(ids.data<std::int32_t>()[i] * dim + j)];
+        v = dt == std::string("float32")
+                ? static_cast<double>(static_cast<float>(v) +
+                                      static_cast<float>(dy.item(i * dim + j)))
+                : v + dy.item(i * dim + j);
+      }
+    std::int64_t bad = 0;
+    for (std::int64_t k = 0; k < vocab * dim; ++k)
+      bad += ref[1].item(k) != want[static_cast<std::size_t>(k)];
+    EXPECT_EQ(bad, 0) << dt;
+  }
+  NDArray wrong = ids;
+  wrong.data<std::int32_t>()[3] = 5000;
+  wrong.data<std::int32_t>()[9] = -1;
+  for (int threads : {1, 2, 16}) {
+    const std::string msg = ktape::testing_util::error_of<ktape::ValueError>([&] {
+      in_arena(threads, [&] {
+        auto w = K::placeholder({vocab, dim});
+        auto i = K::placeholder({n}, {.dtype = "int32"});
+        return K::function({w, i}, {K::gather(w, i)}, {},
+                           {.backend = "cpu"})({pattern(Shape{vocab, dim}), wrong});
+      });
+    });
+    EXPECT_HAS(msg, "K::gather: index 5000 at position 3 is out of range [0, 5000)") << threads;
+  }
+}
+
 TEST(Threads, SetAndQueryTheLimit) {
   ktape::set_num_threads(1);
   EXPECT_EQ(ktape::num_threads(), 1);

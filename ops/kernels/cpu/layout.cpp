@@ -1,14 +1,18 @@
 // cpu layout kernels: Slice and SlicePad as row copies (memcpy of the contiguous inner run),
-// and Transpose, Reverse and Pad split over output rows by the grain policy, for every dtype
-// (they only move bytes). Attrs as in ops/layout.cpp and ops/image.cpp.
+// and Transpose, Reverse, Pad and Gather split over output rows by the grain policy, for every
+// dtype (they only move bytes); GatherGrad's sums. Attrs as in ops/layout.cpp and ops/image.cpp.
+#include <tbb/task_arena.h>
+
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "engine/backend.hpp"
 #include "engine/parallel.hpp"
 #include "ops/kernels/attrs.hpp"
 #include "ops/kernels/common.hpp"
 #include "ops/kernels/cpu/cpu.hpp"
+#include "ops/kernels/reference/reference.hpp"
 
 namespace ktape::kernels {
 
@@ -247,6 +251,87 @@ void pad_kernel(const KernelCall& c) {
       1);
 }
 
+// A call's indices as rows of `rows`, checked in order (the first bad one reported as the
+// reference reports it: gather_row), in the calling thread's buffer, grown once and never freed
+// while the thread lives. Callers run their parallel parts isolated, so that no other call's
+// kernel reuses the buffer on this thread meanwhile.
+const std::int64_t* gather_rows(const ArrayRef& idx, std::int64_t rows) {
+  thread_local std::vector<std::int64_t> buf;
+  if (buf.size() < static_cast<std::size_t>(idx.size))
+    buf.resize(static_cast<std::size_t>(idx.size));
+  auto take = [&](const auto* p) {
+    for (std::int64_t i = 0; i < idx.size; ++i) {
+      const auto r = static_cast<std::int64_t>(p[i]);
+      buf[static_cast<std::size_t>(i)] = r >= 0 && r < rows ? r : gather_row(idx, i, rows);
+    }
+  };
+  if (idx.dtype == DType::int32)
+    take(static_cast<const std::int32_t*>(idx.data));
+  else if (idx.dtype == DType::int64)
+    take(static_cast<const std::int64_t*>(idx.data));
+  else
+    for (std::int64_t i = 0; i < idx.size; ++i)
+      buf[static_cast<std::size_t>(i)] = gather_row(idx, i, rows);
+  return buf.data();
+}
+
+// Gather(reference, indices): out[i] = reference[indices[i]], rows of `width` elements, copied
+// split over threads once every index is checked.
+template <std::size_t ES>
+void gather_kernel(const KernelCall& c) {
+  const ArrayRef& ref = c.in[0];
+  const ArrayRef& idx = c.in[1];
+  const std::int64_t rows = ref.dims[0];
+  const std::int64_t width = rows > 0 ? ref.size / rows : 0;
+  const std::int64_t* at = gather_rows(idx, rows);
+  const std::size_t bytes = static_cast<std::size_t>(width) * ES;
+  const char* x = static_cast<const char*>(ref.data);
+  char* y = static_cast<char*>(c.out.data);
+  tbb::this_task_arena::isolate([&] {
+    parallel_for(
+        idx.size, 0.25 * static_cast<double>(width) + 16.0,
+        [&](std::int64_t i0, std::int64_t i1) {
+          for (std::int64_t i = i0; i < i1; ++i)
+            std::memcpy(y + static_cast<std::size_t>(i) * bytes,
+                        x + static_cast<std::size_t>(at[i]) * bytes, bytes);
+        },
+        1);
+  });
+}
+
+// GatherGrad(g, indices, reference): zeros of reference's shape, g's rows added at the indices
+// (an embedding's gradient). The zeros are written split over threads; then slots of destination
+// rows each add, in index order, the rows of g whose index falls in them, so every row sums in the
+// reference's order. Each slot reads every index: a slot takes at least 32 indices' rows' worth
+// of adds per index read, and at most 16 slots.
+template <class T>
+void gather_grad_kernel(const KernelCall& c) {
+  const ArrayRef& g = c.in[0];
+  const ArrayRef& idx = c.in[1];
+  const std::int64_t rows = c.out.dims[0];
+  const std::int64_t width = rows > 0 ? c.out.size / rows : 0;
+  const T* pg = ptr<T>(g);
+  T* y = ptr<T>(c.out);
+  const std::int64_t* at = gather_rows(idx, rows);
+  const double adds = static_cast<double>(idx.size) * static_cast<double>(width);
+  const std::int64_t slots =
+      std::min(slot_count(adds, rows, 16), std::max<std::int64_t>(1, width / 32));
+  tbb::this_task_arena::isolate([&] {
+    parallel_for(c.out.size, 0.25,
+                 [&](std::int64_t i0, std::int64_t i1) { std::fill(y + i0, y + i1, T(0)); });
+    parallel_slots(slots, [&](std::int64_t s) {
+      const std::int64_t r0 = rows * s / slots, r1 = rows * (s + 1) / slots;
+      for (std::int64_t i = 0; i < idx.size; ++i) {
+        const std::int64_t r = at[i];
+        if (r < r0 || r >= r1) continue;
+        T* dst = y + r * width;
+        const T* src = pg + i * width;
+        for (std::int64_t j = 0; j < width; ++j) dst[j] += src[j];
+      }
+    });
+  });
+}
+
 // Sets op's kernel for every dtype the backend already has one for, by element size.
 template <template <std::size_t> class Kernel>
 void set_by_size(Backend& b, Op op) {
@@ -283,6 +368,10 @@ template <std::size_t ES>
 struct PadKernel {
   static void run(const KernelCall& c) { pad_kernel<ES>(c); }
 };
+template <std::size_t ES>
+struct GatherKernel {
+  static void run(const KernelCall& c) { gather_kernel<ES>(c); }
+};
 
 }  // namespace
 
@@ -290,6 +379,9 @@ void register_cpu_layout(Backend& b) {
   set_by_size<TransposeKernel>(b, Op::Transpose);
   set_by_size<ReverseKernel>(b, Op::Reverse);
   set_by_size<PadKernel>(b, Op::Pad);
+  set_by_size<GatherKernel>(b, Op::Gather);
+  b.set(Op::GatherGrad, DType::float32, &gather_grad_kernel<float>);
+  b.set(Op::GatherGrad, DType::float64, &gather_grad_kernel<double>);
   for (int d = 0; d < kNumDTypes; ++d) {
     if (b.get(Op::Slice, static_cast<DType>(d)))
       b.set(Op::Slice, static_cast<DType>(d), &slice_kernel);

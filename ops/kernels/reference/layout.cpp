@@ -120,15 +120,6 @@ void slice_pad_kernel(const KernelCall& c) {
             [&](std::int64_t i, std::int64_t s) { y[s] = g[i]; });
 }
 
-// The row of reference that indices[i] names, checked against rows.
-std::int64_t checked_row(const ArrayRef& indices, std::int64_t i, std::int64_t rows) {
-  const std::int64_t r = read_index(indices, i);
-  if (r < 0 || r >= rows)
-    throw ValueError("K::gather: index " + std::to_string(r) + " at position " + std::to_string(i) +
-                     " is out of range [0, " + std::to_string(rows) + ")");
-  return r;
-}
-
 // Gather(reference, indices): out[i, ...] = reference[indices[i], ...].
 template <class T>
 void gather_kernel(const KernelCall& c) {
@@ -139,7 +130,7 @@ void gather_kernel(const KernelCall& c) {
   const T* x = ptr<T>(ref);
   T* y = ptr<T>(c.out);
   for (std::int64_t i = 0; i < idx.size; ++i) {
-    const std::int64_t r = checked_row(idx, i, rows);
+    const std::int64_t r = gather_row(idx, i, rows);
     std::copy(x + r * width, x + (r + 1) * width, y + i * width);
   }
 }
@@ -155,7 +146,7 @@ void gather_grad_kernel(const KernelCall& c) {
   T* y = ptr<T>(c.out);
   std::fill(y, y + c.out.size, T(0));
   for (std::int64_t i = 0; i < idx.size; ++i) {
-    const std::int64_t r = checked_row(idx, i, rows);
+    const std::int64_t r = gather_row(idx, i, rows);
     for (std::int64_t j = 0; j < width; ++j)
       y[r * width + j] = static_cast<T>(static_cast<Compute<T>>(y[r * width + j]) +
                                         static_cast<Compute<T>>(pg[i * width + j]));

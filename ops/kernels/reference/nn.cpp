@@ -29,6 +29,14 @@ std::int64_t read_index(const ArrayRef& a, std::int64_t i) {
   });
 }
 
+std::int64_t gather_row(const ArrayRef& indices, std::int64_t i, std::int64_t rows) {
+  const std::int64_t r = read_index(indices, i);
+  if (r < 0 || r >= rows)
+    throw ValueError("K::gather: index " + std::to_string(r) + " at position " + std::to_string(i) +
+                     " is out of range [0, " + std::to_string(rows) + ")");
+  return r;
+}
+
 std::int64_t sparse_ce_label(const ArrayRef& labels, std::int64_t r, std::int64_t n_cls) {
   const std::int64_t t = read_index(labels, r);
   if (t < 0 || t >= n_cls)
