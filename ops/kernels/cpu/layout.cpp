@@ -302,8 +302,8 @@ void gather_kernel(const KernelCall& c) {
 // GatherGrad(g, indices, reference): zeros of reference's shape, g's rows added at the indices
 // (an embedding's gradient). The zeros are written split over threads; then slots of destination
 // rows each add, in index order, the rows of g whose index falls in them, so every row sums in the
-// reference's order. Each slot reads every index: a slot takes at least 32 indices' rows' worth
-// of adds per index read, and at most 16 slots.
+// reference's order. Each slot reads every index, so there are at most width / 32 slots (the
+// adds stay 32 or more per index read) and at most 16.
 template <class T>
 void gather_grad_kernel(const KernelCall& c) {
   const ArrayRef& g = c.in[0];
