@@ -252,9 +252,9 @@ void pad_kernel(const KernelCall& c) {
 }
 
 // A call's indices as rows of `rows`, checked in order (the first bad one reported as the
-// reference reports it: gather_row), in the calling thread's buffer, grown once and never freed
-// while the thread lives. Callers run their parallel parts isolated, so that no other call's
-// kernel reuses the buffer on this thread meanwhile.
+// reference reports it: gather_row), in the calling thread's buffer, grown as calls need and
+// never shrunk (8 bytes an index of the thread's largest call). Callers run their parallel parts
+// isolated, so that no other call's kernel reuses the buffer on this thread meanwhile.
 const std::int64_t* gather_rows(const ArrayRef& idx, std::int64_t rows) {
   thread_local std::vector<std::int64_t> buf;
   if (buf.size() < static_cast<std::size_t>(idx.size))
