@@ -2,13 +2,15 @@
 // and decoders), for both backends: the same code per sample, the samples in order on the
 // reference backend and split over threads on the cpu one (each sample its own task at these
 // costs): the same bits for the same inputs. Every sample is checked before any is computed, so a
-// call with bad samples reports the first of them whatever the thread count. CtcLoss(logp (N,T,C)
-// log-softmaxed, labels (N,L) int32, input_length (N) int32, label_length (N) int32) -> (N): -log
-// p(labels | logp). CtcLossGrad(same..., g (N)) -> (N,T,C): d loss / d logp times g, which is -g *
-// gamma (the posterior of class k at step t); zero past a sample's input_length. CtcDecode(logits
-// (N,T,C), input_length (N) int32) attrs ints = {greedy, beam_width, top_paths, merge_repeated} ->
-// float64 (N, P, T+1): [.., 0] the path's log probability (greedy: minus the sum of the best
-// logits, as TF), [.., 1 + i] its i-th label or -1.
+// call with bad samples reports the first of them whatever the thread count.
+//
+// CtcLoss(logp (N,T,C) log-softmaxed, labels (N,L) int32, input_length (N) int32, label_length
+// (N) int32) -> (N): -log p(labels | logp). CtcLossGrad(same..., g (N)) -> (N,T,C): d loss / d
+// logp times g, which is -g * gamma (the posterior of class k at step t); zero past a sample's
+// input_length. CtcDecode(logits (N,T,C), input_length (N) int32) attrs ints = {greedy,
+// beam_width, top_paths, merge_repeated} -> float64 (N, P, T+1): [.., 0] the path's log
+// probability (greedy: minus the sum of the best logits, as TF), [.., 1 + i] its i-th label or
+// -1.
 #include <algorithm>
 #include <cmath>
 #include <limits>
