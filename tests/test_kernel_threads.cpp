@@ -1,0 +1,334 @@
+// Kernels split over threads by the grain policy that replaced the reference backend's serial
+// loops on the cpu backend: the gradient of a sum (BroadcastToLike), Reverse and Pad, CTC, the
+// random ops, and an embedding's lookup and gradient (Gather, GatherGrad). Each gives the
+// reference's bits (or, for CTC, the same bits) at 1, 2 and 16 threads, in arenas of that many
+// slots (tests/thread_util.hpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ktape/ktape.hpp"
+#include "test_util.hpp"
+#include "thread_util.hpp"
+
+namespace {
+
+namespace K = ktape::backend;
+using ktape::DType;
+using ktape::NDArray;
+using ktape::Shape;
+using ktape::Tensor;
+using ktape::thread_util::expect_reference_bits;
+using ktape::thread_util::expect_same_bits;
+using ktape::thread_util::in_arena;
+using ktape::thread_util::pattern;
+
+// The gradient of a sum over axes is the incoming gradient broadcast back (BroadcastToLike): on
+// the cpu backend rows of the last axis copied from the gradient or filled with one of its values,
+// split over threads by the grain policy. Every element checked against its definition (dx at i is
+// dy at i with the summed axes' coordinates dropped), at 1, 2 and 16 threads, and against the
+// reference's bits: one value to all (small, and in 3 tasks), a column to rows (small, and in 4
+// tasks), a row to every row (3 tasks), a middle axis (small, and in 6 tasks, which start the
+// odometer mid-array), and two outer axes with the last one summed (the task counts are the grain
+// policy's for these sizes).
+TEST(Threads, BroadcastGradientsCopyTheirRows) {
+  struct Case {
+    Shape shape;
+    std::optional<std::vector<int>> axis;
+  };
+  const std::vector<Case> cases = {{Shape{4, 5}, std::nullopt},
+                                   {Shape{400000}, std::nullopt},
+                                   {Shape{6, 7}, std::vector<int>{1}},
+                                   {Shape{4000, 64}, std::vector<int>{1}},
+                                   {Shape{1000, 300}, std::vector<int>{0}},
+                                   {Shape{3, 4, 5}, std::vector<int>{1}},
+                                   {Shape{30, 40, 50}, std::vector<int>{0, 2}},
+                                   {Shape{64, 100, 64}, std::vector<int>{1}}};
+  for (const Case& cs : cases) {
+    const std::string what =
+        cs.shape.str() +
+        (cs.axis ? " over " + std::to_string(cs.axis->size()) + " axes" : " over all");
+    const int r = cs.shape.ndim();
+    std::vector<bool> summed(static_cast<std::size_t>(r), !cs.axis);
+    if (cs.axis)
+      for (int a : *cs.axis) summed[static_cast<std::size_t>(a)] = true;
+    std::vector<std::int64_t> kept;  // the incoming gradient's shape (keepdims)
+    for (int d = 0; d < r; ++d)
+      kept.push_back(summed[static_cast<std::size_t>(d)] ? 1 : cs.shape[d]);
+    const Shape dy_shape(kept);
+    const NDArray xv = NDArray::full(cs.shape, 0.0);
+    const NDArray dyv = pattern(dy_shape);
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto x = K::placeholder(cs.shape);
+        auto y = K::sum(x, {.axis = cs.axis, .keepdims = true});
+        auto dy = K::placeholder(dy_shape);
+        auto g = K::gradients({y}, {x}, {dy})[0];
+        return K::function({x, dy}, {g}, {}, {.backend = backend})({xv, dyv});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, what);
+    const NDArray cpu = run("cpu", 2)[0];
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < xv.size(); ++i) {
+      std::int64_t rest = i, at = 0, stride = 1;
+      for (int d = r - 1; d >= 0; --d) {
+        const std::int64_t coord = rest % cs.shape[d];
+        rest /= cs.shape[d];
+        if (!summed[static_cast<std::size_t>(d)]) at += coord * stride;
+        stride *= kept[static_cast<std::size_t>(d)];
+      }
+      bad += cpu.item(i) != dyv.item(at);
+    }
+    EXPECT_EQ(bad, 0) << what;
+  }
+}
+
+// Reverse and Pad on the cpu backend copy rows (the innermost flipped or padded axis with the
+// axes after it), split over threads by the grain policy: the reference's bits at 1, 2 and 16
+// threads, for flips of the last, a middle and outer axes (blocks of one element, small and in 8
+// tasks; blocks of many, small and in 4 tasks (a time-major flip: one row of 28 blocks) or 3
+// starting mid-row), padding in both data formats (small, and in 3 tasks), and padding's
+// gradient (negative amounts: a crop, in 3 tasks), plus one hand case of each (the task counts
+// are the grain policy's for these sizes).
+TEST(Threads, ReverseAndPadMoveRows) {
+  using Make = Tensor (*)(const Tensor&);
+  struct Case {
+    Shape shape;
+    Make make;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {Shape{7}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse (7) axis 0"},
+      {Shape{4, 6}, [](const Tensor& x) { return K::reverse(x, 1); }, "reverse (4, 6) axis 1"},
+      {Shape{4, 6}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse (4, 6) axis 0"},
+      {Shape{3, 4, 5},
+       [](const Tensor& x) {
+         return K::reverse(x, {0, 2});
+       },
+       "reverse axes 0, 2"},
+      {Shape{3, 4, 5}, [](const Tensor& x) { return K::reverse(x, 1); },
+       "reverse (3, 4, 5) axis 1"},
+      {Shape{28, 128, 128}, [](const Tensor& x) { return K::reverse(x, 0); }, "reverse time-major"},
+      {Shape{1000, 300}, [](const Tensor& x) { return K::reverse(x, -1); }, "reverse long rows"},
+      {Shape{64, 40, 64},
+       [](const Tensor& x) {
+         return K::reverse(x, {0, 1});
+       },
+       "reverse outer"},
+      {Shape{2, 5, 4, 3},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{1, 2}, {3, 0}}});
+       },
+       "pad channels_last"},
+      {Shape{2, 3, 5, 4},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{2, 1}, {0, 3}}}, "channels_first");
+       },
+       "pad channels_first"},
+      {Shape{128, 28, 28, 1},
+       [](const Tensor& x) {
+         return K::spatial_2d_padding(x, {{{2, 2}, {2, 2}}});
+       },
+       "pad a batch of images"},
+      {Shape{600, 70, 8},
+       [](const Tensor& x) {
+         return K::temporal_padding(x, {3, 1});
+       },
+       "temporal pad"},
+      {Shape{64, 26, 26, 8},
+       [](const Tensor& x) {
+         const Tensor p = K::spatial_2d_padding(x, {{{1, 2}, {2, 1}}});
+         return K::gradients(K::sum(p * K::cos(p)), {x})[0];  // a crop of cos(p) - p sin(p)
+       },
+       "pad's gradient (a crop)"}};
+  for (const Case& cs : cases) {
+    const NDArray xv = pattern(cs.shape);
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto x = K::placeholder(cs.shape);
+        return K::function({x}, {cs.make(x)}, {}, {.backend = backend})({xv});
+      });
+    };
+    expect_reference_bits(run, {1, 2, 16}, cs.what);
+  }
+  // By hand: rows (1 2 3), (4 5 6) reversed along the last axis and along the first; a 1 x 2
+  // image padded one row above and one column on each side.
+  NDArray a(Shape{2, 3}, DType::float32);
+  for (int i = 0; i < 6; ++i) a.set_item(i, i + 1.0);
+  auto x = K::placeholder({2, 3});
+  const auto rev = K::function({x}, {K::reverse(x, 1), K::reverse(x, 0)})({a});
+  const std::vector<double> last{3, 2, 1, 6, 5, 4}, first{4, 5, 6, 1, 2, 3};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(rev[0].item(i), last[static_cast<std::size_t>(i)]) << i;
+    EXPECT_EQ(rev[1].item(i), first[static_cast<std::size_t>(i)]) << i;
+  }
+  auto img = K::placeholder({1, 1, 2, 1});
+  NDArray iv(Shape{1, 1, 2, 1}, DType::float32);
+  iv.set_item(0, 7.0);
+  iv.set_item(1, 8.0);
+  const NDArray padded =
+      K::function({img}, {K::spatial_2d_padding(img, {{{1, 0}, {1, 1}}})})({iv})[0];
+  ASSERT_EQ(padded.shape(), (Shape{1, 2, 4, 1}));
+  const std::vector<double> want{0, 0, 0, 0, 0, 7, 8, 0};
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(padded.item(i), want[static_cast<std::size_t>(i)]) << i;
+}
+
+// CTC on the cpu backend runs its samples as tasks (ops/kernels/ctc.cpp): the loss, its gradient
+// and the beam decoder of 24 samples of varied lengths (24 tasks each; the greedy decoder, also
+// checked, is one task at this size) give the same bits at 1, 2 and 16 threads, and a batch with
+// two bad samples names the first of them at any count.
+TEST(Threads, CtcSamplesAsTasks) {
+  constexpr std::int64_t N = 24, T = 30, C = 12, L = 6;
+  NDArray labels(Shape{N, L}, DType::float32), lengths(Shape{N, 1}, DType::float32),
+      steps(Shape{N, 1}, DType::float32);
+  for (std::int64_t b = 0; b < N; ++b) {
+    for (std::int64_t i = 0; i < L; ++i)
+      labels.set_item(b * L + i, static_cast<double>((b * 5 + i * 3) % (C - 1)));
+    lengths.set_item(b, static_cast<double>(1 + b % L));
+    steps.set_item(b, static_cast<double>(T - b % 7));
+  }
+  const NDArray logits = pattern(Shape{N, T, C}, 2.0);
+  auto run = [&](const std::string& backend, int threads) {
+    return in_arena(threads, [&] {
+      auto yt = K::placeholder({N, L}), yp = K::placeholder({N, T, C});
+      auto il = K::placeholder({N, 1}), ll = K::placeholder({N, 1});
+      auto p = K::softmax(yp);
+      auto loss = K::ctc_batch_cost(yt, p, il, ll);
+      auto grad = K::gradients(K::sum(loss), {yp})[0];
+      auto greedy = K::ctc_decode(p, K::flatten(il));
+      auto beam =
+          K::ctc_decode(p, K::flatten(il), {.greedy = false, .beam_width = 4, .top_paths = 2});
+      return K::function({yt, yp, il, ll},
+                         {loss, grad, greedy.decoded[0], greedy.log_probability, beam.decoded[0],
+                          beam.decoded[1], beam.log_probability},
+                         {}, {.backend = backend})({labels, logits, steps, lengths});
+    });
+  };
+  // The same bits at every thread count; the reference's within 1e-6 relative (float rounding: its
+  // log is libm's, the cpu backend's Eigen's vectorized one).
+  const auto one = expect_same_bits(run, {2, 16}, "ctc"), ref = run("reference", 1);
+  for (std::size_t k = 0; k < one.size(); ++k)
+    for (std::int64_t i = 0; i < one[k].size(); ++i)
+      EXPECT_NEAR(one[k].item(i), ref[k].item(i), 1e-6 * (1.0 + std::abs(ref[k].item(i))))
+          << "output " << k << " element " << i;
+  for (std::int64_t b = 0; b < N; ++b) EXPECT_GT(one[0].item(b), 0.0) << b;  // -log p > 0
+  NDArray bad = labels;
+  bad.set_item(5 * L, static_cast<double>(C - 1));   // sample 5: the blank as a label
+  bad.set_item(17 * L, static_cast<double>(C + 3));  // sample 17: past the classes
+  for (int threads : {1, 2, 16}) {
+    const std::string msg = ktape::testing_util::error_of<ktape::ValueError>([&] {
+      in_arena(threads, [&] {
+        auto yt = K::placeholder({N, L}), yp = K::placeholder({N, T, C});
+        auto il = K::placeholder({N, 1}), ll = K::placeholder({N, 1});
+        return K::function({yt, yp, il, ll}, {K::ctc_batch_cost(yt, K::softmax(yp), il, ll)}, {},
+                           {.backend = "cpu"})({bad, logits, steps, lengths});
+      });
+    });
+    EXPECT_HAS(msg, "K::ctc_batch_cost: sample 5: label 11 at position 0") << threads;
+  }
+}
+
+// The random ops on the cpu backend draw element i from (seed, call, i) alone (engine/random.hpp)
+// and split the elements over threads: 300,000 values of each kind, float32 and float64, give the
+// reference's bits at 1, 2 and 16 threads; their moments are the distributions' (uniform on
+// [-1, 3): mean 1, variance 16/12; normal of mean 2 and deviation 0.5; truncated at two
+// deviations: variance 0.774 of the untruncated one; Bernoulli 0.3: mean 0.3).
+TEST(Threads, RandomDrawsAreTheReferences) {
+  constexpr std::int64_t n = 300000;
+  for (const char* dt : {"float32", "float64"}) {
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        const K::RandomOptions o{.dtype = dt, .seed = 7};
+        const std::vector<Tensor> draws{
+            K::random_uniform({n}, -1.0, 3.0, o), K::random_normal({n}, 2.0, 0.5, o),
+            K::truncated_normal({n}, 0.0, 1.0, o), K::random_binomial({n}, 0.3, o)};
+        return K::function({}, draws, {}, {.backend = backend})(std::vector<NDArray>{});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, dt);
+    auto moments = [&](std::size_t k) {
+      double s = 0, s2 = 0;
+      for (std::int64_t i = 0; i < n; ++i)
+        s += ref[k].item(i), s2 += ref[k].item(i) * ref[k].item(i);
+      const double m = s / n;
+      return std::pair<double, double>{m, s2 / n - m * m};
+    };
+    EXPECT_NEAR(moments(0).first, 1.0, 0.01) << dt;
+    EXPECT_NEAR(moments(0).second, 16.0 / 12.0, 0.01) << dt;
+    EXPECT_NEAR(moments(1).first, 2.0, 0.005) << dt;
+    EXPECT_NEAR(moments(1).second, 0.25, 0.005) << dt;
+    EXPECT_NEAR(moments(2).first, 0.0, 0.005) << dt;
+    EXPECT_NEAR(moments(2).second, 0.774, 0.01) << dt;
+    EXPECT_NEAR(moments(3).first, 0.3, 0.005) << dt;
+  }
+}
+
+// An embedding's lookup (Gather) and its gradient (GatherGrad) on the cpu backend: rows copied,
+// split over threads; the gradient's zeros split, then slots of destination rows adding, each in
+// index order. 8,000 lookups into a (5000, 128) table, every row once and 3,000 twice (10 copy
+// tasks, 4 slots), float32 and float64: the reference's bits at 1, 2 and 16 threads, and the
+// gradient's rows against their definition (the sum, in index order, of the incoming rows looked
+// up there); a bad index is reported at its first position at any thread count.
+TEST(Threads, EmbeddingLookupAndGradientAsTasks) {
+  constexpr std::int64_t vocab = 5000, dim = 128, n = 8000;
+  NDArray ids(Shape{n}, DType::int32);
+  for (std::int64_t i = 0; i < n; ++i)
+    ids.data<std::int32_t>()[i] = static_cast<int>((i * 7919) % vocab);
+  for (const char* dt : {"float32", "float64"}) {
+    const NDArray table =
+        pattern(Shape{vocab, dim})
+            .astype(dt == std::string("float32") ? DType::float32 : DType::float64);
+    const NDArray dy = pattern(Shape{n, dim}, 0.5).astype(table.dtype());
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto w = K::placeholder({vocab, dim}, {.dtype = dt});
+        auto i = K::placeholder({n}, {.dtype = "int32"});
+        auto g = K::placeholder({n, dim}, {.dtype = dt});
+        auto e = K::gather(w, i);
+        return K::function({w, i, g}, {e, K::gradients({e}, {w}, {g})[0]}, {},
+                           {.backend = backend})({table, ids, dy});
+      });
+    };
+    const auto ref = expect_reference_bits(run, {1, 2, 16}, dt);
+    std::vector<double> want(static_cast<std::size_t>(vocab * dim), 0.0);
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < dim; ++j) {
+        auto& v = want[static_cast<std::size_t>(ids.data<std::int32_t>()[i] * dim + j)];
+        v = dt == std::string("float32")
+                ? static_cast<double>(static_cast<float>(v) +
+                                      static_cast<float>(dy.item(i * dim + j)))
+                : v + dy.item(i * dim + j);
+      }
+    std::int64_t bad = 0;
+    for (std::int64_t k = 0; k < vocab * dim; ++k)
+      bad += ref[1].item(k) != want[static_cast<std::size_t>(k)];
+    EXPECT_EQ(bad, 0) << dt;
+  }
+  // Indices of every kind the lookup reads: int32 and int64 (read directly) and int16 (read
+  // through gather_row).
+  for (const DType idt : {DType::int32, DType::int64, DType::int16}) {
+    NDArray wrong = ids.astype(idt);
+    wrong.set_item(3, 5000.0);
+    wrong.set_item(9, -1.0);
+    for (int threads : {1, 2, 16}) {
+      const std::string msg = ktape::testing_util::error_of<ktape::ValueError>([&] {
+        in_arena(threads, [&] {
+          auto w = K::placeholder({vocab, dim});
+          auto i = K::placeholder({n}, {.dtype = std::string(dtype_name(idt))});
+          return K::function({w, i}, {K::gather(w, i)}, {},
+                             {.backend = "cpu"})({pattern(Shape{vocab, dim}), wrong});
+        });
+      });
+      EXPECT_HAS(msg, "K::gather: index 5000 at position 3 is out of range [0, 5000)")
+          << dtype_name(idt) << " at " << threads << " threads";
+    }
+  }
+}
+
+}  // namespace
