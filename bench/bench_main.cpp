@@ -36,6 +36,8 @@
 //     128 x 784 draws
 //   BM_Embedding/<0 lookup, 1 its gradient>/<0 cpu, 1 reference>/<threads>: K::gather of 128 x 28
 //     ids from a (10000, 128) table
+//   BM_LayoutCopy/<0 concatenation, 1 its gradient, 2 slice, 3 its gradient, 4 ones_like>/<0 cpu,
+//     1 reference>/<threads>: copies of contiguous runs and a fill over (128, 14..28, .., 32..64)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -543,6 +545,48 @@ void BM_ReversePad(benchmark::State& state) {
 BENCHMARK(BM_ReversePad)
     ->ArgsProduct({{0, 1, 2}, {0}, {1, 2}})
     ->ArgsProduct({{0, 1, 2}, {1}, {1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// Copies of contiguous runs: a channel concatenation of two (128, 14, 14, 32) feature maps (a
+// DenseNet block's), its gradient (two ConcatParts), a crop of (128, 28, 28, 32) to 24 x 24, its
+// gradient (SlicePad), and ones_like of (128, 28, 28, 32) (FillLike).
+void BM_LayoutCopy(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  const Shape half{128, 14, 14, 32}, whole{128, 14, 14, 64}, image{128, 28, 28, 32},
+      crop{128, 24, 24, 32};
+  std::vector<ktape::Tensor> feeds, outs_t;
+  std::vector<NDArray> ins;
+  auto feed = [&](const Shape& s) {
+    feeds.push_back(K::placeholder(s));
+    ins.push_back(NDArray::full(s, 0.5));
+    return feeds.back();
+  };
+  if (kind <= 1) {
+    auto a = feed(half), b = feed(half);
+    auto y = K::concatenate({a, b});
+    outs_t = kind == 0 ? std::vector<ktape::Tensor>{y} : K::gradients({y}, {a, b}, {feed(whole)});
+  } else if (kind <= 3) {
+    auto x = feed(image);
+    auto y = K::slice(x, {0, 2, 2, 0}, {-1, 24, 24, -1});
+    outs_t = kind == 2 ? std::vector<ktape::Tensor>{y} : K::gradients({y}, {x}, {feed(crop)});
+  } else {
+    outs_t = {K::ones_like(feed(image))};
+  }
+  auto f = K::function(feeds, outs_t, {}, {.backend = backend_name(variant)});
+  std::vector<NDArray> outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  static const char* kinds[] = {"channel concatenation", "its gradient", "crop", "crop's gradient",
+                                "ones_like"};
+  state.SetLabel(std::string(kinds[kind]) + ", " + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_LayoutCopy)
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -1,12 +1,14 @@
 // Kernels split over threads by the grain policy that replaced the reference backend's serial
 // loops on the cpu backend: the gradient of a sum (BroadcastToLike), Reverse and Pad, CTC, the
-// random ops, and an embedding's lookup and gradient (Gather, GatherGrad). Each gives the
+// random ops, an embedding's lookup and gradient (Gather, GatherGrad), and slices,
+// concatenations and fills (Slice, SlicePad, Concat, ConcatPart, FillLike). Each gives the
 // reference's bits (or, for CTC, the same bits) at 1, 2 and 16 threads, in arenas of that many
 // slots (tests/thread_util.hpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -332,3 +334,170 @@ TEST(Threads, EmbeddingLookupAndGradientAsTasks) {
 }
 
 }  // namespace
+
+// Slices, concatenations, their gradients (SlicePad, ConcatPart) and fills (ones_like,
+// zeros_like): on the cpu backend copies of contiguous runs split over threads in ranges of
+// elements, so a task may start and end inside a row. The reference's bits at 1, 2 and 16
+// threads for float32 and float64 and for 1-, 2-, 4- and 8-byte dtypes (the kernels move bytes),
+// from serial sizes to ones split into 2 to 10 tasks (the grain policy's counts for these
+// sizes); then the split results against their definitions.
+TEST(Threads, SlicesAndConcatenationsCopyRuns) {
+  auto typed = [](const Shape& s, const std::string& dtype, double scale) {
+    NDArray a(s, ktape::dtype_from_name(dtype, "test"));
+    for (std::int64_t i = 0; i < a.size(); ++i)
+      a.set_item(i, std::round(scale * std::sin(0.7 * static_cast<double>(i) + 0.3)));
+    return a;
+  };
+  using Make = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  struct Case {
+    std::vector<Shape> shapes;
+    std::string dtype;
+    Make make;
+    const char* what;
+  };
+  auto grads = [](const Tensor& y, const std::vector<Tensor>& xs) {
+    return K::gradients({y}, xs, {K::cos(y)});
+  };
+  const std::vector<Case> cases = {
+      {{Shape{4, 3}, Shape{4, 2}},
+       "float32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
+       },
+       "small concatenation"},
+      {{Shape{6000, 40}, Shape{6000, 24}},
+       "float32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
+       },
+       "concatenation of rows"},
+      {{Shape{6000, 40}, Shape{6000, 24}},
+       "float32",
+       [&](const auto& x) {
+         return grads(K::concatenate({x[0], x[1]}), x);
+       },
+       "concatenation of rows, gradient"},
+      {{Shape{3000, 128}, Shape{5000, 128}},
+       "float64",
+       [&](const auto& x) {
+         auto y = K::concatenate({x[0], x[1]}, 0);
+         auto g = grads(y, x);
+         return std::vector<Tensor>{y, g[0], g[1]};
+       },
+       "concatenation on axis 0 and its gradient"},
+      {{Shape{200, 30, 64}, Shape{200, 1, 64}, Shape{200, 10, 64}},
+       "float64",
+       [&](const auto& x) {
+         auto y = K::concatenate({x[0], x[1], x[2]}, 1);
+         auto g = grads(y, x);
+         return std::vector<Tensor>{y, g[0], g[1], g[2]};
+       },
+       "concatenation on a middle axis and its gradient"},
+      {{Shape{6000, 40}, Shape{6000, 24}},
+       "uint8",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
+       },
+       "uint8 concatenation"},
+      {{Shape{6000, 40}, Shape{6000, 24}},
+       "float16",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
+       },
+       "float16 concatenation"},
+      {{Shape{5, 6, 2}},
+       "float32",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {1, 2, 0}, {3, -1, 1});
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "small slice and its gradient"},
+      {{Shape{400, 300, 8}},
+       "float32",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {10, 20, 0}, {380, 250, 8});
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice of rows and its gradient"},
+      {{Shape{20000, 64}},
+       "float64",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {0, 16}, {-1, 32});
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice of columns and its gradient"},
+      {{Shape{3001, 77}},
+       "float32",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {3, 5}, {2990, 70});  // tasks start inside its rows
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice of rows cut by tasks and its gradient"},
+      {{Shape{120, 50, 40}},
+       "float64",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {1, 2, 3}, {117, 45, 33});  // rows over two axes
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice on three axes and its gradient"},
+      {{Shape{20000, 64}},
+       "int32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::slice(x[0], {3, 5}, {19990, 50})};
+       },
+       "int32 slice"},
+      {{Shape{1000, 400}},
+       "float32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::ones_like(x[0]), K::zeros_like(x[0], {.dtype = "uint8"}),
+                                    K::ones_like(x[0], {.dtype = "float16"}),
+                                    K::ones_like(x[0], {.dtype = "bool"}),
+                                    K::ones_like(x[0], {.dtype = "int64"})};
+       },
+       "fills"}};
+  for (const Case& cs : cases) {
+    std::vector<NDArray> xv;
+    for (const Shape& s : cs.shapes) xv.push_back(typed(s, cs.dtype, 100.0));
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        std::vector<Tensor> x;
+        for (const Shape& s : cs.shapes) x.push_back(K::placeholder(s, {.dtype = cs.dtype}));
+        return K::function(x, cs.make(x), {}, {.backend = backend})(xv);
+      });
+    };
+    expect_reference_bits(run, {1, 2, 16}, cs.what);
+  }
+  // The split results against their definitions (at 2 threads): a concatenation of rows, a
+  // slice of rows and its gradient, and a fill, computed into arrays that held other values
+  // (a Function writes into the caller's output arrays when it can).
+  const NDArray a = typed(Shape{6000, 40}, "float32", 100.0);
+  const NDArray b = typed(Shape{6000, 24}, "float32", 7.0);
+  const NDArray x = typed(Shape{400, 300, 8}, "float32", 100.0);
+  const auto out = in_arena(2, [&] {
+    auto pa = K::placeholder({6000, 40}), pb = K::placeholder({6000, 24}),
+         px = K::placeholder({400, 300, 8});
+    auto s = K::slice(px, {10, 20, 0}, {380, 250, 8});
+    auto f = K::function(
+        {pa, pb, px}, {K::concatenate({pa, pb}), s, K::gradients({s}, {px}, {K::ones_like(s)})[0],
+                       K::ones_like(px)});
+    std::vector<NDArray> outs{
+        NDArray::full(Shape{6000, 64}, 5.0), NDArray::full(Shape{380, 250, 8}, 5.0),
+        NDArray::full(Shape{400, 300, 8}, 5.0), NDArray::full(Shape{400, 300, 8}, 5.0)};
+    f.run({a, b, x}, outs);
+    return outs;
+  });
+  std::int64_t bad = 0;
+  for (std::int64_t i = 0; i < 6000; ++i)
+    for (std::int64_t j = 0; j < 64; ++j)
+      bad += out[0].item(i * 64 + j) != (j < 40 ? a.item(i * 40 + j) : b.item(i * 24 + j - 40));
+  for (std::int64_t i = 0; i < 400; ++i)
+    for (std::int64_t j = 0; j < 300; ++j)
+      for (std::int64_t k = 0; k < 8; ++k) {
+        const bool in = i >= 10 && i < 390 && j >= 20 && j < 270;
+        if (in)
+          bad += out[1].item(((i - 10) * 250 + (j - 20)) * 8 + k) != x.item((i * 300 + j) * 8 + k);
+        bad += out[2].item((i * 300 + j) * 8 + k) != (in ? 1.0 : 0.0);
+        bad += out[3].item((i * 300 + j) * 8 + k) != 1.0;
+      }
+  EXPECT_EQ(bad, 0);
+}

@@ -1,6 +1,7 @@
-// cpu layout kernels: Slice and SlicePad as row copies (memcpy of the contiguous inner run),
-// and Transpose, Reverse, Pad and Gather split over output rows by the grain policy, for every
-// dtype (they only move bytes); GatherGrad's sums. Attrs as in ops/layout.cpp and ops/image.cpp.
+// cpu layout kernels: Slice, SlicePad, Concat and ConcatPart as copies of contiguous runs, and
+// Transpose, Reverse, Pad and Gather, split over output rows or elements by the grain policy, for
+// every dtype (they only move bytes); GatherGrad's sums. Attrs as in ops/layout.cpp and
+// ops/image.cpp.
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -18,54 +19,197 @@ namespace ktape::kernels {
 
 namespace {
 
-// Calls f(full offset, part offset, run length) for every contiguous run of the slice, in
-// elements. Trailing axes the slice covers whole are merged into one run.
-template <class F>
-void for_runs(const ArrayRef& full, const ArrayRef& part, const std::int64_t* start, F f) {
-  const int r = full.ndim;
-  if (r == 0) {
-    f(0, 0, part.size);
+// Rows of `run` elements that sit one after another in a contiguous array and apart in a
+// strided one: row i at base + (i's coordinates over dims[0, nd)) . strides there.
+struct StridedRows {
+  const std::int64_t* dims = nullptr;
+  int nd = 0;
+  const std::int64_t* strides = nullptr;
+  std::int64_t base = 0, rows = 0, run = 0;
+};
+
+// The strided offset of row `row` of s, and of the rows after it as next() steps on.
+struct RowCursor {
+  RowCursor(const StridedRows& rows, std::int64_t row) : s(rows), off(rows.base) {
+    for (int d = s.nd - 1; d >= 0; --d) {
+      idx[d] = row % s.dims[d];
+      row /= s.dims[d];
+      off += idx[d] * s.strides[d];
+    }
+  }
+  void next() {
+    for (int d = s.nd - 1; d >= 0; --d) {
+      off += s.strides[d];
+      if (++idx[d] < s.dims[d]) return;
+      off -= s.strides[d] * s.dims[d];
+      idx[d] = 0;
+    }
+  }
+  const StridedRows& s;
+  std::int64_t idx[kMaxRank] = {};
+  std::int64_t off;
+};
+
+// n elements of ES bytes: memcpy for a long run; a short one (a channel row) inline, in blocks
+// of 64 bytes, then element by element (a call per run costs more than the copy).
+template <std::size_t ES>
+inline void copy_elems(char* to, const char* from, std::int64_t n) {
+  const auto bytes = static_cast<std::size_t>(n) * ES;
+  if (bytes > 512) {
+    std::memcpy(to, from, bytes);
     return;
   }
+  std::size_t i = 0;
+  for (; i + 64 <= bytes; i += 64) std::memcpy(to + i, from + i, 64);
+  for (; i < bytes; i += ES) std::memcpy(to + i, from + i, ES);
+}
+
+// Copies the rows from the strided array to the contiguous one (Gather) or back, split over
+// threads by the grain policy in ranges of elements: a row cut at a task's end goes on in the
+// next task. A row costs its elements and a fixed part (a copy's call, its odometer step).
+template <std::size_t ES, bool Gather>
+void copy_rows(const StridedRows& s, const void* from, void* to) {
+  if (s.rows <= 0 || s.run <= 0) return;
+  const char* src = static_cast<const char*>(from);
+  char* dst = static_cast<char*>(to);
+  parallel_for(
+      s.rows * s.run, 0.25 + 16.0 / static_cast<double>(s.run),
+      [&](std::int64_t e0, std::int64_t e1) {
+        auto copy = [&](std::int64_t strided_at, std::int64_t flat_at, std::int64_t n) {
+          const std::size_t strided = static_cast<std::size_t>(strided_at) * ES,
+                            flat = static_cast<std::size_t>(flat_at) * ES;
+          if constexpr (Gather)
+            copy_elems<ES>(dst + flat, src + strided, n);
+          else
+            copy_elems<ES>(dst + strided, src + flat, n);
+        };
+        if (s.nd <= 1) {  // rows evenly apart (a concatenation's): no odometer
+          const std::int64_t pitch = s.nd == 1 ? s.strides[0] : 0;
+          std::int64_t at = e0 % s.run, off = s.base + (e0 / s.run) * pitch;
+          for (std::int64_t e = e0; e < e1; off += pitch) {
+            const std::int64_t n = std::min(s.run - at, e1 - e);
+            copy(off + at, e, n);
+            e += n;
+            at = 0;
+          }
+          return;
+        }
+        RowCursor row(s, e0 / s.run);
+        for (std::int64_t e = e0, at = e0 % s.run; e < e1; row.next()) {
+          const std::int64_t n = std::min(s.run - at, e1 - e);
+          copy(row.off + at, e, n);
+          e += n;
+          at = 0;
+        }
+      },
+      1);
+}
+
+// The slice `part` of `full` (from `start` on each axis) as rows: trailing axes the slice covers
+// whole merge into one run. `strides` (kMaxRank) holds full's strides for the result.
+StridedRows slice_rows(const ArrayRef& full, const ArrayRef& part, const std::int64_t* start,
+                       std::int64_t* strides) {
+  const int r = full.ndim;
+  StridedRows s;
+  s.dims = part.dims;
+  s.strides = strides;
+  if (r == 0) {
+    s.rows = 1;
+    s.run = part.size;
+    return s;
+  }
   int inner = r - 1;  // first axis of the contiguous run
-  std::int64_t run = part.dims[r - 1];
+  s.run = part.dims[r - 1];
   while (inner > 0 && part.dims[inner] == full.dims[inner]) {
     --inner;
-    run *= part.dims[inner];
+    s.run *= part.dims[inner];
   }
-  std::int64_t strides[kMaxRank];
   contiguous_strides(full.dims, r, strides);
-  std::int64_t base = 0;
-  for (int d = 0; d < r; ++d) base += start[d] * strides[d];
-  std::int64_t rows = 1;
-  for (int d = 0; d < inner; ++d) rows *= part.dims[d];
-  strided_walk<1>(part.dims, inner, rows, {strides}, {base},
-                  [&](std::int64_t row, const auto& o) { f(o[0], row * run, run); });
+  for (int d = 0; d < r; ++d) s.base += start[d] * strides[d];
+  s.nd = inner;
+  s.rows = 1;
+  for (int d = 0; d < inner; ++d) s.rows *= part.dims[d];
+  return s;
 }
 
+template <std::size_t ES>
 void slice_kernel(const KernelCall& c) {
-  const std::size_t es = dtype_size(c.out.dtype);
-  const char* x = static_cast<const char*>(c.in[0].data);
-  char* y = static_cast<char*>(c.out.data);
-  if (c.out.size == 0) return;
-  for_runs(c.in[0], c.out, attrs::Slice::of(*c.attrs).start.data(),
-           [&](std::int64_t fo, std::int64_t po, std::int64_t n) {
-             std::memcpy(y + po * static_cast<std::int64_t>(es),
-                         x + fo * static_cast<std::int64_t>(es), static_cast<std::size_t>(n) * es);
-           });
+  std::int64_t strides[kMaxRank];
+  copy_rows<ES, true>(slice_rows(c.in[0], c.out, attrs::Slice::of(*c.attrs).start.data(), strides),
+                      c.in[0].data, c.out.data);
 }
 
+// SlicePad (a slice's gradient): the output split over threads in ranges of elements, each
+// zeroed and then given the slice's rows that fall in it (the first found by bisection: rows
+// lie in increasing order), so every byte is written while in cache.
+template <std::size_t ES>
 void slice_pad_kernel(const KernelCall& c) {
-  const std::size_t es = dtype_size(c.out.dtype);
+  std::int64_t strides[kMaxRank];
+  const StridedRows s =
+      slice_rows(c.out, c.in[0], attrs::Slice::of(*c.attrs).start.data(), strides);
   const char* g = static_cast<const char*>(c.in[0].data);
   char* y = static_cast<char*>(c.out.data);
-  std::memset(y, 0, static_cast<std::size_t>(c.out.size) * es);
-  if (c.in[0].size == 0) return;
-  for_runs(c.out, c.in[0], attrs::Slice::of(*c.attrs).start.data(),
-           [&](std::int64_t fo, std::int64_t po, std::int64_t n) {
-             std::memcpy(y + fo * static_cast<std::int64_t>(es),
-                         g + po * static_cast<std::int64_t>(es), static_cast<std::size_t>(n) * es);
-           });
+  if (c.out.size <= 0) return;
+  const bool rows = s.rows > 0 && s.run > 0;
+  const double size = static_cast<double>(c.out.size);
+  const double cost =
+      0.125 +
+      (rows ? (0.25 * static_cast<double>(s.rows * s.run) + 16.0 * static_cast<double>(s.rows)) /
+                  size
+            : 0.0);
+  parallel_for(
+      c.out.size, cost,
+      [&](std::int64_t e0, std::int64_t e1) {
+        std::memset(y + static_cast<std::size_t>(e0) * ES, 0,
+                    static_cast<std::size_t>(e1 - e0) * ES);
+        if (!rows) return;
+        std::int64_t lo = 0, hi = s.rows;  // the first row that ends after e0
+        while (lo < hi) {
+          const std::int64_t mid = lo + (hi - lo) / 2;
+          if (RowCursor(s, mid).off + s.run > e0)
+            hi = mid;
+          else
+            lo = mid + 1;
+        }
+        RowCursor row(s, lo);
+        for (std::int64_t r = lo; r < s.rows && row.off < e1; ++r, row.next()) {
+          const std::int64_t a = std::max(row.off, e0), b = std::min(row.off + s.run, e1);
+          copy_elems<ES>(y + static_cast<std::size_t>(a) * ES,
+                         g + static_cast<std::size_t>(r * s.run + a - row.off) * ES, b - a);
+        }
+      },
+      1);
+}
+
+// Concat: each input's rows (one per index before the axis) into their place in the output's,
+// input by input (each split by the grain policy on its own: many small inputs stay serial).
+template <std::size_t ES>
+void concat_kernel(const KernelCall& c) {
+  const int axis = attrs::Axis::of(*c.attrs).axis;
+  std::int64_t outer, n_out, inner;
+  split_axis(c.out.dims, c.out.ndim, axis, outer, n_out, inner);
+  const std::int64_t dims[1] = {outer}, strides[1] = {n_out * inner};
+  std::int64_t off = 0;
+  for (int k = 0; k < c.n_in; ++k) {
+    const std::int64_t nk = c.in[k].dims[axis];
+    copy_rows<ES, false>({dims, 1, strides, off * inner, outer, nk * inner}, c.in[k].data,
+                         c.out.data);
+    off += nk;
+  }
+}
+
+// ConcatPart(g, x0..xn-1) (a concatenation's gradient for input k): g's rows of input k's part.
+template <std::size_t ES>
+void concat_part_kernel(const KernelCall& c) {
+  const auto a = attrs::ConcatPart::of(*c.attrs);
+  const ArrayRef& g = c.in[0];
+  std::int64_t outer, n_g, inner;
+  split_axis(g.dims, g.ndim, a.axis, outer, n_g, inner);
+  std::int64_t off = 0;
+  for (std::size_t k = 0; k < a.k; ++k) off += c.in[1 + k].dims[a.axis];
+  const std::int64_t dims[1] = {outer}, strides[1] = {n_g * inner};
+  copy_rows<ES, true>({dims, 1, strides, off * inner, outer, c.out.dims[a.axis] * inner}, g.data,
+                      c.out.data);
 }
 
 // Output rows [r0, r1) of a transpose: row = every output index but the last. Each row is a
@@ -369,6 +513,22 @@ struct PadKernel {
   static void run(const KernelCall& c) { pad_kernel<ES>(c); }
 };
 template <std::size_t ES>
+struct SliceKernel {
+  static void run(const KernelCall& c) { slice_kernel<ES>(c); }
+};
+template <std::size_t ES>
+struct SlicePadKernel {
+  static void run(const KernelCall& c) { slice_pad_kernel<ES>(c); }
+};
+template <std::size_t ES>
+struct ConcatKernel {
+  static void run(const KernelCall& c) { concat_kernel<ES>(c); }
+};
+template <std::size_t ES>
+struct ConcatPartKernel {
+  static void run(const KernelCall& c) { concat_part_kernel<ES>(c); }
+};
+template <std::size_t ES>
 struct GatherKernel {
   static void run(const KernelCall& c) { gather_kernel<ES>(c); }
 };
@@ -382,12 +542,10 @@ void register_cpu_layout(Backend& b) {
   set_by_size<GatherKernel>(b, Op::Gather);
   b.set(Op::GatherGrad, DType::float32, &gather_grad_kernel<float>);
   b.set(Op::GatherGrad, DType::float64, &gather_grad_kernel<double>);
-  for (int d = 0; d < kNumDTypes; ++d) {
-    if (b.get(Op::Slice, static_cast<DType>(d)))
-      b.set(Op::Slice, static_cast<DType>(d), &slice_kernel);
-    if (b.get(Op::SlicePad, static_cast<DType>(d)))
-      b.set(Op::SlicePad, static_cast<DType>(d), &slice_pad_kernel);
-  }
+  set_by_size<SliceKernel>(b, Op::Slice);
+  set_by_size<SlicePadKernel>(b, Op::SlicePad);
+  set_by_size<ConcatKernel>(b, Op::Concat);
+  set_by_size<ConcatPartKernel>(b, Op::ConcatPart);
 }
 
 }  // namespace ktape::kernels
