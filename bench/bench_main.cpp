@@ -36,8 +36,8 @@
 //     128 x 784 draws
 //   BM_Embedding/<0 lookup, 1 its gradient>/<0 cpu, 1 reference>/<threads>: K::gather of 128 x 28
 //     ids from a (10000, 128) table
-//   BM_LayoutCopy/<0 concatenation, 1 its gradient, 2 slice, 3 its gradient, 4 ones_like>/<0 cpu,
-//     1 reference>/<threads>: copies of contiguous runs and a fill over (128, 14..28, .., 32..64)
+//   BM_LayoutCopy/<0 concatenation, 1 its gradient, 2 slice, 3 its gradient, 4 ones_like, 5 28
+//     small inputs concatenated>/<0 cpu, 1 reference>/<threads>: the shapes at the function
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -550,7 +550,8 @@ BENCHMARK(BM_ReversePad)
 
 // Copies of contiguous runs: a channel concatenation of two (128, 14, 14, 32) feature maps (a
 // DenseNet block's), its gradient (two ConcatParts), a crop of (128, 28, 28, 32) to 24 x 24, its
-// gradient (SlicePad), and ones_like of (128, 28, 28, 32) (FillLike).
+// gradient (SlicePad), ones_like of (128, 28, 28, 32) (FillLike), and 28 steps of (128, 1, 128)
+// concatenated along time (an unrolled RNN's sequence output).
 void BM_LayoutCopy(benchmark::State& state) {
   const int kind = static_cast<int>(state.range(0));
   const int variant = static_cast<int>(state.range(1));
@@ -572,21 +573,25 @@ void BM_LayoutCopy(benchmark::State& state) {
     auto x = feed(image);
     auto y = K::slice(x, {0, 2, 2, 0}, {-1, 24, 24, -1});
     outs_t = kind == 2 ? std::vector<ktape::Tensor>{y} : K::gradients({y}, {x}, {feed(crop)});
-  } else {
+  } else if (kind == 4) {
     outs_t = {K::ones_like(feed(image))};
+  } else {
+    std::vector<ktape::Tensor> steps;
+    for (int t = 0; t < 28; ++t) steps.push_back(feed(Shape{128, 1, 128}));
+    outs_t = {K::concatenate(steps, 1)};
   }
   auto f = K::function(feeds, outs_t, {}, {.backend = backend_name(variant)});
   std::vector<NDArray> outs;
   f.run(ins, outs);
   for (auto _ : state) f.run(ins, outs);
-  static const char* kinds[] = {"channel concatenation", "its gradient", "crop", "crop's gradient",
-                                "ones_like"};
+  static const char* kinds[] = {"channel concatenation", "its gradient", "crop",
+                                "crop's gradient",       "ones_like",    "28 steps concatenated"};
   state.SetLabel(std::string(kinds[kind]) + ", " + backend_name(variant) + ", " +
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_LayoutCopy)
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {0}, {1, 2}})
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {1}, {1}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

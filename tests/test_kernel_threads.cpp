@@ -339,8 +339,8 @@ TEST(Threads, EmbeddingLookupAndGradientAsTasks) {
 // zeros_like): on the cpu backend copies of contiguous runs split over threads in ranges of
 // elements, so a task may start and end inside a row. The reference's bits at 1, 2 and 16
 // threads for float32 and float64 and for 1-, 2-, 4- and 8-byte dtypes (the kernels move bytes),
-// from serial sizes to ones split into 2 to 10 tasks (the grain policy's counts for these
-// sizes); then the split results against their definitions.
+// from serial sizes to ones split into 2 to 16 tasks (the grain policy's counts for these
+// sizes), most of them cut inside rows; then the split results against their definitions.
 TEST(Threads, SlicesAndConcatenationsCopyRuns) {
   auto typed = [](const Shape& s, const std::string& dtype, double scale) {
     NDArray a(s, ktape::dtype_from_name(dtype, "test"));
@@ -365,13 +365,13 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
          return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
        },
        "small concatenation"},
-      {{Shape{6000, 40}, Shape{6000, 24}},
+      {{Shape{6001, 41}, Shape{6001, 24}},
        "float32",
        [](const auto& x) {
          return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
        },
        "concatenation of rows"},
-      {{Shape{6000, 40}, Shape{6000, 24}},
+      {{Shape{6001, 41}, Shape{6001, 24}},
        "float32",
        [&](const auto& x) {
          return grads(K::concatenate({x[0], x[1]}), x);
@@ -385,7 +385,7 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
          return std::vector<Tensor>{y, g[0], g[1]};
        },
        "concatenation on axis 0 and its gradient"},
-      {{Shape{200, 30, 64}, Shape{200, 1, 64}, Shape{200, 10, 64}},
+      {{Shape{201, 30, 64}, Shape{201, 1, 64}, Shape{201, 10, 64}},
        "float64",
        [&](const auto& x) {
          auto y = K::concatenate({x[0], x[1], x[2]}, 1);
@@ -393,18 +393,30 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
          return std::vector<Tensor>{y, g[0], g[1], g[2]};
        },
        "concatenation on a middle axis and its gradient"},
-      {{Shape{6000, 40}, Shape{6000, 24}},
+      {{Shape{6001, 41}, Shape{6001, 24}},
        "uint8",
        [](const auto& x) {
          return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
        },
        "uint8 concatenation"},
-      {{Shape{6000, 40}, Shape{6000, 24}},
+      {{Shape{6001, 41}, Shape{6001, 24}},
        "float16",
        [](const auto& x) {
          return std::vector<Tensor>{K::concatenate({x[0], x[1]})};
        },
        "float16 concatenation"},
+      {std::vector<Shape>(30, Shape{100, 64}), "float32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate(x)};  // inputs as tasks, in groups
+       },
+       "concatenation of thirty small inputs"},
+      {{Shape{6001, 41}, Shape{6001, 0}, Shape{0, 24}, Shape{6001, 24}},
+       "float32",
+       [](const auto& x) {
+         return std::vector<Tensor>{K::concatenate({x[0], x[1], x[3]}),
+                                    K::concatenate({x[2], x[3], x[2]}, 0)};
+       },
+       "concatenations with empty inputs"},
       {{Shape{5, 6, 2}},
        "float32",
        [&](const auto& x) {
@@ -440,6 +452,20 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
          return std::vector<Tensor>{y, grads(y, x)[0]};
        },
        "slice on three axes and its gradient"},
+      {{Shape{400000}},
+       "float32",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {7}, {399990});  // one row
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice of a vector and its gradient"},
+      {{Shape{2000, 30, 8}},
+       "float64",
+       [&](const auto& x) {
+         auto y = K::slice(x[0], {5, 0, 0}, {1990, -1, -1});  // whole trailing axes: one row
+         return std::vector<Tensor>{y, grads(y, x)[0]};
+       },
+       "slice of whole trailing axes and its gradient"},
       {{Shape{20000, 64}},
        "int32",
        [](const auto& x) {
@@ -449,10 +475,12 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
       {{Shape{1000, 400}},
        "float32",
        [](const auto& x) {
-         return std::vector<Tensor>{K::ones_like(x[0]), K::zeros_like(x[0], {.dtype = "uint8"}),
+         return std::vector<Tensor>{K::ones_like(x[0]),
+                                    K::zeros_like(x[0], {.dtype = "uint8"}),
                                     K::ones_like(x[0], {.dtype = "float16"}),
                                     K::ones_like(x[0], {.dtype = "bool"}),
-                                    K::ones_like(x[0], {.dtype = "int64"})};
+                                    K::ones_like(x[0], {.dtype = "int64"}),
+                                    K::ones_like(K::slice(x[0], {0, 0}, {1, 1}))};
        },
        "fills"}};
   for (const Case& cs : cases) {
@@ -470,26 +498,26 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
   // The split results against their definitions (at 2 threads): a concatenation of rows, a
   // slice of rows and its gradient, and a fill, computed into arrays that held other values
   // (a Function writes into the caller's output arrays when it can).
-  const NDArray a = typed(Shape{6000, 40}, "float32", 100.0);
-  const NDArray b = typed(Shape{6000, 24}, "float32", 7.0);
+  const NDArray a = typed(Shape{6001, 41}, "float32", 100.0);
+  const NDArray b = typed(Shape{6001, 24}, "float32", 7.0);
   const NDArray x = typed(Shape{400, 300, 8}, "float32", 100.0);
   const auto out = in_arena(2, [&] {
-    auto pa = K::placeholder({6000, 40}), pb = K::placeholder({6000, 24}),
+    auto pa = K::placeholder({6001, 41}), pb = K::placeholder({6001, 24}),
          px = K::placeholder({400, 300, 8});
     auto s = K::slice(px, {10, 20, 0}, {380, 250, 8});
     auto f = K::function(
         {pa, pb, px}, {K::concatenate({pa, pb}), s, K::gradients({s}, {px}, {K::ones_like(s)})[0],
                        K::ones_like(px)});
     std::vector<NDArray> outs{
-        NDArray::full(Shape{6000, 64}, 5.0), NDArray::full(Shape{380, 250, 8}, 5.0),
+        NDArray::full(Shape{6001, 65}, 5.0), NDArray::full(Shape{380, 250, 8}, 5.0),
         NDArray::full(Shape{400, 300, 8}, 5.0), NDArray::full(Shape{400, 300, 8}, 5.0)};
     f.run({a, b, x}, outs);
     return outs;
   });
   std::int64_t bad = 0;
-  for (std::int64_t i = 0; i < 6000; ++i)
-    for (std::int64_t j = 0; j < 64; ++j)
-      bad += out[0].item(i * 64 + j) != (j < 40 ? a.item(i * 40 + j) : b.item(i * 24 + j - 40));
+  for (std::int64_t i = 0; i < 6001; ++i)
+    for (std::int64_t j = 0; j < 65; ++j)
+      bad += out[0].item(i * 65 + j) != (j < 41 ? a.item(i * 41 + j) : b.item(i * 24 + j - 41));
   for (std::int64_t i = 0; i < 400; ++i)
     for (std::int64_t j = 0; j < 300; ++j)
       for (std::int64_t k = 0; k < 8; ++k) {

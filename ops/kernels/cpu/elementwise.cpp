@@ -5,9 +5,9 @@
 #include <Eigen/Core>
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/backend.hpp"
 #include "engine/random.hpp"
@@ -332,51 +332,32 @@ void register_float(Backend& b) {
 
 // FillLike for every dtype: the reference's kernel converts the value into the first element
 // (whatever the dtype's rules), and its bytes fill the rest, split over threads.
-template <class Word>
-void fill_like_kernel(const KernelCall& c) {
-  if (c.out.size <= 0) return;
-  static const auto reference = [] {
-    std::array<KernelFn, kNumDTypes> r{};
-    for (int d = 0; d < kNumDTypes; ++d)
-      r[static_cast<std::size_t>(d)] = reference_backend().get(Op::FillLike, static_cast<DType>(d));
-    return r;
-  }();
-  KernelCall first = c;
-  first.out.size = 1;
-  reference[static_cast<std::size_t>(c.out.dtype)](first);
-  auto* y = static_cast<Word*>(c.out.data);
-  Word v;
-  std::memcpy(&v, y, sizeof v);
-  parallel_for(c.out.size, 0.25, [&](std::int64_t i0, std::int64_t i1) {
-    std::fill(y + std::max<std::int64_t>(i0, 1), y + i1, v);
-  });
-}
+template <std::size_t ES>
+struct FillLikeKernel {
+  using Word = std::conditional_t<
+      ES == 1, std::uint8_t,
+      std::conditional_t<ES == 2, std::uint16_t,
+                         std::conditional_t<ES == 4, std::uint32_t, std::uint64_t>>>;
+  static void run(const KernelCall& c) {
+    if (c.out.size <= 0) return;
+    KernelCall first = c;
+    first.out.size = 1;
+    reference_backend().get(Op::FillLike, c.out.dtype)(first);
+    auto* y = static_cast<Word*>(c.out.data);
+    Word v;
+    std::memcpy(&v, y, sizeof v);
+    parallel_for(c.out.size, 0.25, [&](std::int64_t i0, std::int64_t i1) {
+      std::fill(y + std::max<std::int64_t>(i0, 1), y + i1, v);
+    });
+  }
+};
 
 }  // namespace
 
 void register_cpu_elementwise(Backend& b) {
   register_float<float>(b);
   register_float<double>(b);
-  for (int d = 0; d < kNumDTypes; ++d) {
-    const auto dt = static_cast<DType>(d);
-    if (!b.get(Op::FillLike, dt)) continue;
-    switch (dtype_size(dt)) {
-      case 1:
-        b.set(Op::FillLike, dt, &fill_like_kernel<std::uint8_t>);
-        break;
-      case 2:
-        b.set(Op::FillLike, dt, &fill_like_kernel<std::uint16_t>);
-        break;
-      case 4:
-        b.set(Op::FillLike, dt, &fill_like_kernel<std::uint32_t>);
-        break;
-      case 8:
-        b.set(Op::FillLike, dt, &fill_like_kernel<std::uint64_t>);
-        break;
-      default:
-        break;
-    }
-  }
+  set_by_size<FillLikeKernel>(b, Op::FillLike);
 }
 
 }  // namespace ktape::kernels
