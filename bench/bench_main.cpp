@@ -38,6 +38,8 @@
 //     ids from a (10000, 128) table
 //   BM_LayoutCopy/<0 concatenation, 1 its gradient, 2 slice, 3 its gradient, 4 ones_like, 5 28
 //     small inputs concatenated>/<0 cpu, 1 reference>/<threads>: the shapes at the function
+//   BM_Lines/<0 argmax, 1 cumsum, 2 one_hot, 3 cast>/<0 cpu, 1 reference>/<threads>: the
+//     reference's line kernels run on ranges (shapes at the function)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -592,6 +594,43 @@ void BM_LayoutCopy(benchmark::State& state) {
 BENCHMARK(BM_LayoutCopy)
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {0}, {1, 2}})
     ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {1}, {1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
+// The reference's line kernels on ranges: argmax over the last axis of (4096, 1000) (a
+// classifier's predictions), cumsum over it, one_hot of 4096 x 28 ids into 100 classes, and a
+// cast of (128, 784) uint8 pixels to float32 (a batch of images).
+void BM_Lines(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const int variant = static_cast<int>(state.range(1));
+  const auto limit = ktape::bench::limit_threads(state.range(2));
+  ktape::Tensor x, y;
+  NDArray xv;
+  if (kind <= 1) {
+    x = K::placeholder({4096, 1000});
+    y = kind == 0 ? K::argmax(x) : K::cumsum(x, 1);
+    xv = NDArray::full(Shape{4096, 1000}, 0.5);
+  } else if (kind == 2) {
+    x = K::placeholder({4096, 28}, {.dtype = "int32"});
+    y = K::one_hot(x, 100);
+    xv = NDArray(Shape{4096, 28}, ktape::DType::int32);
+    for (std::int64_t i = 0; i < xv.size(); ++i) xv.set_item(i, static_cast<double>(i % 100));
+  } else {
+    x = K::placeholder({128, 784}, {.dtype = "uint8"});
+    y = K::cast(x, "float32");
+    xv = NDArray(Shape{128, 784}, ktape::DType::uint8);
+  }
+  auto f = K::function({x}, {y}, {}, {.backend = backend_name(variant)});
+  std::vector<NDArray> ins{xv}, outs;
+  f.run(ins, outs);
+  for (auto _ : state) f.run(ins, outs);
+  static const char* kinds[] = {"argmax", "cumsum", "one_hot", "cast"};
+  state.SetLabel(std::string(kinds[kind]) + ", " + backend_name(variant) + ", " +
+                 ktape::bench::threads_label(state.range(2)));
+}
+BENCHMARK(BM_Lines)
+    ->ArgsProduct({{0, 1, 2, 3}, {0}, {1, 2}})
+    ->ArgsProduct({{0, 1, 2, 3}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

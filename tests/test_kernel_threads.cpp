@@ -1,9 +1,10 @@
 // Kernels split over threads by the grain policy that replaced the reference backend's serial
 // loops on the cpu backend: the gradient of a sum (BroadcastToLike), Reverse and Pad, CTC, the
 // random ops, an embedding's lookup and gradient (Gather, GatherGrad), and slices,
-// concatenations and fills (Slice, SlicePad, Concat, ConcatPart, FillLike). Each gives the
-// reference's bits (or, for CTC, the same bits) at 1, 2 and 16 threads, in arenas of that many
-// slots (tests/thread_util.hpp).
+// concatenations and fills (Slice, SlicePad, Concat, ConcatPart, FillLike), arg ops, running
+// sums and products, one_hot and casts (ArgMax, ArgMin, Cumsum, Cumprod, OneHot, Cast). Each
+// gives the reference's bits (or, for CTC, the same bits) at 1, 2 and 16 threads, in arenas of
+// that many slots (tests/thread_util.hpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -527,5 +528,108 @@ TEST(Threads, SlicesAndConcatenationsCopyRuns) {
         bad += out[2].item((i * 300 + j) * 8 + k) != (in ? 1.0 : 0.0);
         bad += out[3].item((i * 300 + j) * 8 + k) != 1.0;
       }
+  EXPECT_EQ(bad, 0);
+}
+
+// ArgMax, ArgMin, Cumsum, Cumprod, OneHot and Cast: on the cpu backend the reference's kernels
+// on ranges of the lines before the axis (of the indices for one_hot, of the elements for a
+// cast), split over threads by the grain policy: the reference's bits at 1, 2 and 16 threads, in
+// float32, float64 and int32, with ties and NaNs for the arg ops (the first one wins), cumsum's
+// gradient (a reverse cumsum), indices out of range for one_hot (a row of zeros), and casts
+// that saturate or meet NaNs; then an argmax, a cumsum and a one_hot against their definitions.
+TEST(Threads, LinesOneHotAndCastsAsRanges) {
+  auto values = [](const Shape& s, const std::string& dtype) {
+    NDArray a(s, ktape::dtype_from_name(dtype, "test"));
+    for (std::int64_t i = 0; i < a.size(); ++i)  // few distinct values: ties
+      a.set_item(i, std::round(4.0 * std::sin(0.37 * static_cast<double>(i))));
+    return a;
+  };
+  using Make = std::function<std::vector<Tensor>(const Tensor&)>;
+  struct Case {
+    Shape shape;
+    std::string dtype;
+    Make make;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {Shape{3000, 40}, "float32",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::argmax(x), K::argmin(x)};
+       },
+       "arg ops over rows"},
+      {Shape{50, 40, 30}, "float64",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::argmax(x, 1), K::argmin(x, 1)};
+       },
+       "arg ops over a middle axis"},
+      {Shape{3000, 40}, "int32",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::argmax(x), K::cumsum(x, 1), K::cumprod(x, 1)};
+       },
+       "int32 lines"},
+      {Shape{3000, 40}, "float32",
+       [](const Tensor& x) {
+         auto y = K::cumsum(x, 1);
+         return std::vector<Tensor>{y, K::cumprod(x * 0.5, 1),
+                                    K::gradients({y}, {x}, {K::cos(y)})[0]};
+       },
+       "cumsum and cumprod over rows, cumsum's gradient"},
+      {Shape{40, 300, 8}, "float64",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::cumsum(x, 1), K::cumsum(x, 0)};
+       },
+       "cumsum over a middle axis and the first"},
+      {Shape{400, 70}, "int32",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::one_hot(x - 1, 3), K::one_hot(x + 4, 9, "float64")};
+       },
+       "one_hot with indices out of range"},
+      {Shape{3000, 40}, "float32",
+       [](const Tensor& x) {
+         return std::vector<Tensor>{K::cast(x * 1e9, "int32"), K::cast(x, "bool"),
+                                    K::cast(x * 70.0, "float16"), K::cast(x * 100.0, "uint8"),
+                                    K::cast(K::cast(x, "int64"), "float64")};
+       },
+       "casts (saturating, NaN to 0), in one fused pass"},
+      {Shape{3000, 40}, "float32",
+       [](const Tensor& x) { return std::vector<Tensor>{K::cast(x, "float16")}; },
+       "a cast on its own"},
+      {Shape{3000, 40}, "int32",
+       [](const Tensor& x) { return std::vector<Tensor>{K::cast(x, "uint8")}; },
+       "an int32 cast on its own"}};
+  for (const Case& cs : cases) {
+    NDArray xv = values(cs.shape, cs.dtype);
+    if (cs.dtype != "int32")
+      for (std::int64_t i = 17; i < xv.size(); i += 997) xv.set_item(i, std::nan(""));
+    auto run = [&](const std::string& backend, int threads) {
+      return in_arena(threads, [&] {
+        auto x = K::placeholder(cs.shape, {.dtype = cs.dtype});
+        return K::function({x}, cs.make(x), {}, {.backend = backend})({xv});
+      });
+    };
+    expect_reference_bits(run, {1, 2, 16}, cs.what);
+  }
+  // Against their definitions, at 2 threads (no NaNs here).
+  const NDArray xv = values(Shape{3000, 40}, "float32");
+  const auto out = in_arena(2, [&] {
+    auto x = K::placeholder({3000, 40});
+    return K::function(
+        {x}, {K::argmax(x), K::cumsum(x, 1), K::one_hot(K::cast(x, "int32") + 1, 5)})({xv});
+  });
+  std::int64_t bad = 0;
+  for (std::int64_t r = 0; r < 3000; ++r) {
+    std::int64_t best = 0;
+    double sum = 0;
+    for (std::int64_t j = 0; j < 40; ++j) {
+      const double v = xv.item(r * 40 + j);
+      if (v > xv.item(r * 40 + best)) best = j;
+      sum += v;  // small integers: exact in any order
+      bad += out[1].item(r * 40 + j) != sum;
+      const auto hot = static_cast<std::int64_t>(v) + 1;
+      for (std::int64_t k = 0; k < 5; ++k)
+        bad += out[2].item((r * 40 + j) * 5 + k) != (k == hot ? 1.0 : 0.0);
+    }
+    bad += out[0].item(r) != static_cast<double>(best);
+  }
   EXPECT_EQ(bad, 0);
 }

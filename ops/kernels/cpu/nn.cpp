@@ -1,7 +1,7 @@
 // cpu softmax, log-softmax and sparse softmax cross-entropy: the reference's row arithmetic
 // (ops/kernels/softmax.hpp, so the same bits), rows split over threads by the grain policy; and
 // the random ops, whose element i is a pure function of (seed, call, i) (engine/random.hpp), split
-// the same way.
+// the same way; one_hot by rows.
 #include "engine/backend.hpp"
 #include "engine/parallel.hpp"
 #include "engine/random.hpp"
@@ -74,7 +74,39 @@ void random_kernel(const KernelCall& c) {
 
 }  // namespace
 
+// OneHot: the reference's kernel on ranges of the indices (a row of `depth` outputs each), each
+// range a call of its own, split by the grain policy (a row's zeros and its one).
+void one_hot_kernel(const KernelCall& c) {
+  const std::int64_t depth = attrs::OneHot::of(*c.attrs).depth;
+  const ArrayRef& idx = c.in[0];
+  const KernelFn reference = reference_backend().get(Op::OneHot, c.out.dtype);
+  const std::size_t idx_es = dtype_size(idx.dtype), out_es = dtype_size(c.out.dtype);
+  parallel_for(
+      idx.size, 0.25 * static_cast<double>(depth) + 4.0,
+      [&](std::int64_t r0, std::int64_t r1) {
+        const std::int64_t dims[1] = {r1 - r0}, out_dims[2] = {r1 - r0, depth};
+        ArrayRef part = idx;
+        part.data = static_cast<char*>(idx.data) + static_cast<std::size_t>(r0) * idx_es;
+        part.dims = dims;
+        part.ndim = 1;
+        part.size = r1 - r0;
+        KernelCall call = c;
+        call.in = &part;
+        call.n_in = 1;
+        call.out.data =
+            static_cast<char*>(c.out.data) + static_cast<std::size_t>(r0 * depth) * out_es;
+        call.out.dims = out_dims;
+        call.out.ndim = 2;
+        call.out.size = (r1 - r0) * depth;
+        reference(call);
+      },
+      1);
+}
+
 void register_cpu_nn(Backend& b) {
+  for (int d = 0; d < kNumDTypes; ++d)
+    if (b.get(Op::OneHot, static_cast<DType>(d)))
+      b.set(Op::OneHot, static_cast<DType>(d), &one_hot_kernel);
   b.set(Op::Softmax, DType::float32, &softmax_kernel<float, false>);
   b.set(Op::Softmax, DType::float64, &softmax_kernel<double, false>);
   b.set(Op::LogSoftmax, DType::float32, &softmax_kernel<float, true>);

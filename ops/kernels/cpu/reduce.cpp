@@ -1,6 +1,6 @@
 // cpu reductions, split over threads: the bias-gradient SumToLike (sums over leading rows), which
-// training hits on every step, its adjoint BroadcastToLike, and Sum, Mean, Max, Min, Prod over
-// axes (the reference's bits).
+// training hits on every step, its adjoint BroadcastToLike, Sum, Mean, Max, Min, Prod over axes,
+// and ArgMax, ArgMin, Cumsum, Cumprod by lines (the reference's bits).
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -411,6 +411,53 @@ void reduce_kernel(const KernelCall& c) {
   }
 }
 
+// ArgMax, ArgMin, Cumsum and Cumprod: the reference's kernels, which walk one line along the
+// axis at a time (the first extreme, a NaN first; a running sum or product), run on ranges of
+// the indices before the axis, each range a call of its own on a (count, n, inner) view split by
+// the grain policy: the reference's bits. A reduction along the first axis (one range) stays
+// serial. Costs per element against an add, from the reference's kernels on (1024, 1000) floats:
+// argmax 10.5-11.5, cumsum 7-14 (the last axis, the first), cumprod 11.
+template <Op kOp>
+void lines_kernel(const KernelCall& c) {
+  constexpr bool kCumulative = kOp == Op::Cumsum || kOp == Op::Cumprod;
+  constexpr double kCost = kOp == Op::Cumsum ? 10.0 : kOp == Op::Cumprod ? 12.0 : 11.0;
+  const ArrayRef& in = c.in[0];
+  const KernelFn reference = reference_backend().get(kOp, in.dtype);
+  const int axis =
+      kCumulative ? attrs::Cumulative::of(*c.attrs).axis : attrs::Axis::of(*c.attrs).axis;
+  if (in.ndim == 0 || in.size == 0) return reference(c);
+  std::int64_t outer, n, inner;
+  split_axis(in.dims, in.ndim, axis, outer, n, inner);
+  static const Attrs line_axis = attrs::Axis::make(1);
+  static const Attrs line_cumulative[2] = {attrs::Cumulative::make(1, false),
+                                           attrs::Cumulative::make(1, true)};
+  const Attrs* line_attrs =
+      kCumulative ? &line_cumulative[attrs::Cumulative::of(*c.attrs).reverse ? 1 : 0] : &line_axis;
+  const std::int64_t out_per_outer = c.out.size / outer;
+  const std::size_t in_es = dtype_size(in.dtype), out_es = dtype_size(c.out.dtype);
+  parallel_for(
+      outer, kCost * static_cast<double>(n * inner),
+      [&](std::int64_t o0, std::int64_t o1) {
+        const std::int64_t dims[3] = {o1 - o0, n, inner}, out_dims[2] = {o1 - o0, inner};
+        ArrayRef part = in;
+        part.data = static_cast<char*>(in.data) + static_cast<std::size_t>(o0 * n * inner) * in_es;
+        part.dims = dims;
+        part.ndim = 3;
+        part.size = (o1 - o0) * n * inner;
+        KernelCall call = c;
+        call.in = &part;
+        call.n_in = 1;
+        call.out.data =
+            static_cast<char*>(c.out.data) + static_cast<std::size_t>(o0 * out_per_outer) * out_es;
+        call.out.dims = kCumulative ? dims : out_dims;
+        call.out.ndim = kCumulative ? 3 : 2;
+        call.out.size = (o1 - o0) * out_per_outer;
+        call.attrs = line_attrs;
+        reference(call);
+      },
+      1);
+}
+
 }  // namespace
 
 void register_cpu_reduce(Backend& b) {
@@ -430,6 +477,13 @@ void register_cpu_reduce(Backend& b) {
   each(double{});
   each(std::int32_t{});
   each(std::int64_t{});
+  for (int d = 0; d < kNumDTypes; ++d) {
+    const auto dt = static_cast<DType>(d);
+    if (b.get(Op::ArgMax, dt)) b.set(Op::ArgMax, dt, &lines_kernel<Op::ArgMax>);
+    if (b.get(Op::ArgMin, dt)) b.set(Op::ArgMin, dt, &lines_kernel<Op::ArgMin>);
+    if (b.get(Op::Cumsum, dt)) b.set(Op::Cumsum, dt, &lines_kernel<Op::Cumsum>);
+    if (b.get(Op::Cumprod, dt)) b.set(Op::Cumprod, dt, &lines_kernel<Op::Cumprod>);
+  }
 }
 
 }  // namespace ktape::kernels
