@@ -562,7 +562,9 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       ins.dtype = val.dtype;
       prog->max_in = std::max(prog->max_in, static_cast<int>(ins.ins.size()));
       prog->instrs.push_back(std::move(ins));
-      prog->elem_cost += elem_cost(ms_step.node->op);
+      prog->elem_cost += ms_step.node->op == Op::Cast
+                             ? cast_cost(ms_step.node->inputs[0].dtype(), val.dtype)
+                             : elem_cost(ms_step.node->op);
       // Release the registers this member read last (and an output nobody in the pass reads).
       for (std::size_t h = 0; h < held.size();) {
         if (last_use[static_cast<std::size_t>(held[h].first)] <= static_cast<int>(i)) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "engine/dtype.hpp"
 #include "engine/op_list.hpp"
 
 namespace ktape {
@@ -46,6 +47,13 @@ constexpr double elem_cost(Op op) {
     default:
       return 1.0;
   }
+}
+
+// The cost of a cast's element, in those units: 0.6-1.4 between native types on the reference's
+// kernel (uint8 to float32 0.68, float32 to int32 1.21, to float64 1.44), taken as 1; to or from
+// float16 85 (converted in software).
+constexpr double cast_cost(DType from, DType to) {
+  return from == DType::float16 || to == DType::float16 ? 85.0 : 1.0;
 }
 
 // Runs f(begin, end) over [0, n) in chunks whose size is a multiple of `align` (kernels use 64:

@@ -45,16 +45,25 @@ Shape reduce_rule(const Node& n, const std::vector<Shape>& in) {
   return Shape(std::move(out));
 }
 
+// K::argmax / K::argmin (ops::fn_name would give the op's name, arg_max).
+std::string arg_name(Op op) { return op == Op::ArgMax ? "K::argmax" : "K::argmin"; }
+
 Tensor arg(Op op, const Tensor& x, int axis) {
-  const std::string fn = ops::fn_name(op);
+  const std::string fn = arg_name(op);
   if (x.dtype() == DType::bool_) throw TypeError(fn + ": cast a bool tensor first");
   return make_node(op, {x}, attrs::Axis::make(normalize_axis(axis, x.ndim(), fn.c_str())),
                    DType::int64);
 }
 
+// An empty axis has no extreme: a ValueError (numpy's and TF's too), when the node is built or
+// when a Function compiles for a fed shape.
 Shape arg_rule(const Node& n, const std::vector<Shape>& in) {
+  const int axis = attrs::Axis::of(n.attrs).axis;
+  if (in[0][axis] == 0)
+    throw ValueError(arg_name(n.op) + ": axis " + std::to_string(axis) + " of a tensor of shape " +
+                     in[0].str() + " is empty: it has no extreme");
   std::vector<std::int64_t> out = in[0].dims();
-  out.erase(out.begin() + attrs::Axis::of(n.attrs).axis);
+  out.erase(out.begin() + axis);
   return Shape(std::move(out));
 }
 

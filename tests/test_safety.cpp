@@ -362,3 +362,23 @@ TEST_P(Backends, ACallThatFailsLeavesEveryVariableAsItWas) {
   f({NDArray::from_vector<std::int32_t>({0, 2}, Shape{2}), logits});
   EXPECT_EQ(K::get_value(V).to_vector(), (std::vector<double>{2, 3}));
 }
+
+// argmax/argmin over an empty axis: a ValueError when the node is built from a known shape and
+// when a Function is fed one (the reference's kernel would read the first element of nothing).
+TEST(Acceptance, ArgOfAnEmptyAxisIsAValueError) {
+  EXPECT_THROW((void)K::argmax(K::zeros({2, 0})), ktape::ValueError);
+  auto x = K::placeholder({K::None, K::None});
+  for (const std::string backend : {"cpu", "reference"}) {
+    auto f = K::function({x}, {K::argmin(x, 1)}, {}, {.backend = backend});
+    try {
+      (void)f({NDArray(Shape{3, 0}, DType::float32)});
+      ADD_FAILURE() << backend << ": no error";
+    } catch (const ktape::ValueError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("K::argmin: axis 1 of a tensor of shape (3, 0) is empty"),
+          std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(f({NDArray::full(Shape{3, 1}, 1.0)})[0].shape(), Shape{3});  // still usable
+  }
+}

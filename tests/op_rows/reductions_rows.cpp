@@ -299,9 +299,14 @@ std::vector<OpRow> reductions_rows() {
                [] {
                  (void)K::argmin(cst({2, 1, 1, 0, 4, 0}, {2, 3}), -3);
                })
-        .error("bool", Err::Type, "cast a bool tensor first", [] {
-          (void)K::argmin(cst({1, 0}, {2}, "bool"));
-        });
+        .error("bool", Err::Type, "cast a bool tensor first",
+               [] {
+                 (void)K::argmin(cst({1, 0}, {2}, "bool"));
+               })
+        .error("empty_axis", Err::Value,
+               "K::argmin: axis 1 of a tensor of shape (2, 0) is empty: it has no extreme", [] {
+                 (void)K::argmin(K::zeros({2, 0}));
+               });
     t.values(
          "argmin_axis0_by_hand", [](const V& v) { return K::argmin(v[0], 0); }, y)
         .expect({1, 0, 1}, {3})

@@ -354,15 +354,12 @@ struct FillLikeKernel {
 
 // Cast for every pair of dtypes: the reference's kernel (its conversions: saturating, NaN to 0
 // for integers, nonzero to true) on ranges of elements, each range a call of its own, split by
-// the grain policy. Costs against an add, from the reference's kernel on 1M floats: 0.6-1.4
-// (uint8 to float32 0.68, float32 to int32 1.21, to float64 1.44), and 85 to or from float16
-// (converted in software).
+// the grain policy, at cast_cost per element.
 void cast_kernel(const KernelCall& c) {
   const ArrayRef& in = c.in[0];
   const KernelFn reference = reference_backend().get(Op::Cast, in.dtype);
   const std::size_t in_es = dtype_size(in.dtype), out_es = dtype_size(c.out.dtype);
-  const double cost = in.dtype == DType::float16 || c.out.dtype == DType::float16 ? 85.0 : 1.0;
-  parallel_for(c.out.size, cost, [&](std::int64_t i0, std::int64_t i1) {
+  parallel_for(c.out.size, cast_cost(in.dtype, c.out.dtype), [&](std::int64_t i0, std::int64_t i1) {
     const std::int64_t dims[1] = {i1 - i0};
     ArrayRef part = in;
     part.data = static_cast<char*>(in.data) + static_cast<std::size_t>(i0) * in_es;
@@ -386,8 +383,8 @@ void register_cpu_elementwise(Backend& b) {
   register_float<float>(b);
   register_float<double>(b);
   set_by_size<FillLikeKernel>(b, Op::FillLike);
-  for (int d = 0; d < kNumDTypes; ++d)
-    if (b.get(Op::Cast, static_cast<DType>(d)))
+  for (int d = 0; d < kNumDTypes; ++d)  // cast_kernel calls the reference's
+    if (reference_backend().get(Op::Cast, static_cast<DType>(d)))
       b.set(Op::Cast, static_cast<DType>(d), &cast_kernel);
 }
 

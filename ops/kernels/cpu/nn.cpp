@@ -72,17 +72,16 @@ void random_kernel(const KernelCall& c) {
   });
 }
 
-}  // namespace
-
 // OneHot: the reference's kernel on ranges of the indices (a row of `depth` outputs each), each
-// range a call of its own, split by the grain policy (a row's zeros and its one).
+// range a call of its own, split by the grain policy (a row's zeros and its one: 0.5 an output
+// on the reference's kernel, 1,024 rows of 1,000).
 void one_hot_kernel(const KernelCall& c) {
   const std::int64_t depth = attrs::OneHot::of(*c.attrs).depth;
   const ArrayRef& idx = c.in[0];
   const KernelFn reference = reference_backend().get(Op::OneHot, c.out.dtype);
   const std::size_t idx_es = dtype_size(idx.dtype), out_es = dtype_size(c.out.dtype);
   parallel_for(
-      idx.size, 0.25 * static_cast<double>(depth) + 4.0,
+      idx.size, 0.5 * static_cast<double>(depth) + 4.0,
       [&](std::int64_t r0, std::int64_t r1) {
         const std::int64_t dims[1] = {r1 - r0}, out_dims[2] = {r1 - r0, depth};
         ArrayRef part = idx;
@@ -103,9 +102,11 @@ void one_hot_kernel(const KernelCall& c) {
       1);
 }
 
+}  // namespace
+
 void register_cpu_nn(Backend& b) {
-  for (int d = 0; d < kNumDTypes; ++d)
-    if (b.get(Op::OneHot, static_cast<DType>(d)))
+  for (int d = 0; d < kNumDTypes; ++d)  // one_hot_kernel calls the reference's
+    if (reference_backend().get(Op::OneHot, static_cast<DType>(d)))
       b.set(Op::OneHot, static_cast<DType>(d), &one_hot_kernel);
   b.set(Op::Softmax, DType::float32, &softmax_kernel<float, false>);
   b.set(Op::Softmax, DType::float64, &softmax_kernel<double, false>);

@@ -477,12 +477,13 @@ void register_cpu_reduce(Backend& b) {
   each(double{});
   each(std::int32_t{});
   each(std::int64_t{});
-  for (int d = 0; d < kNumDTypes; ++d) {
+  const Backend& r = reference_backend();
+  for (int d = 0; d < kNumDTypes; ++d) {  // lines_kernel calls the reference's
     const auto dt = static_cast<DType>(d);
-    if (b.get(Op::ArgMax, dt)) b.set(Op::ArgMax, dt, &lines_kernel<Op::ArgMax>);
-    if (b.get(Op::ArgMin, dt)) b.set(Op::ArgMin, dt, &lines_kernel<Op::ArgMin>);
-    if (b.get(Op::Cumsum, dt)) b.set(Op::Cumsum, dt, &lines_kernel<Op::Cumsum>);
-    if (b.get(Op::Cumprod, dt)) b.set(Op::Cumprod, dt, &lines_kernel<Op::Cumprod>);
+    if (r.get(Op::ArgMax, dt)) b.set(Op::ArgMax, dt, &lines_kernel<Op::ArgMax>);
+    if (r.get(Op::ArgMin, dt)) b.set(Op::ArgMin, dt, &lines_kernel<Op::ArgMin>);
+    if (r.get(Op::Cumsum, dt)) b.set(Op::Cumsum, dt, &lines_kernel<Op::Cumsum>);
+    if (r.get(Op::Cumprod, dt)) b.set(Op::Cumprod, dt, &lines_kernel<Op::Cumprod>);
   }
 }
 
