@@ -38,6 +38,36 @@ inline void broadcast_strides(const ArrayRef& in, int rank, const std::int64_t* 
 
 using ktape::kMaxRank;  // ranks above it are refused when a node is built
 
+// Runs `kernel` on a part of call c: its one input's elements from in_at on, seen with dims
+// in_dims, and its output's from out_at on, seen with out_dims (the sizes their products), with
+// `attrs` in place of c's when given. The cpu backend runs the reference's line kernels (arg
+// ops, running sums, one_hot, casts) on ranges this way.
+inline void run_part(KernelFn kernel, const KernelCall& c, std::int64_t in_at,
+                     const std::int64_t* in_dims, int in_ndim, std::int64_t out_at,
+                     const std::int64_t* out_dims, int out_ndim, const Attrs* attrs = nullptr) {
+  auto product = [](const std::int64_t* d, int n) {
+    std::int64_t p = 1;
+    for (int i = 0; i < n; ++i) p *= d[i];
+    return p;
+  };
+  ArrayRef part = c.in[0];
+  part.data =
+      static_cast<char*>(part.data) + static_cast<std::size_t>(in_at) * dtype_size(part.dtype);
+  part.dims = in_dims;
+  part.ndim = in_ndim;
+  part.size = product(in_dims, in_ndim);
+  KernelCall call = c;
+  call.in = &part;
+  call.n_in = 1;
+  call.out.data =
+      static_cast<char*>(c.out.data) + static_cast<std::size_t>(out_at) * dtype_size(c.out.dtype);
+  call.out.dims = out_dims;
+  call.out.ndim = out_ndim;
+  call.out.size = product(out_dims, out_ndim);
+  if (attrs) call.attrs = attrs;
+  kernel(call);
+}
+
 // Product of every dim but the last: the row count of an array seen as a stack of rows.
 inline std::int64_t leading_rows(const ArrayRef& x) {
   std::int64_t r = 1;

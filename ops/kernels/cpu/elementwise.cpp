@@ -356,25 +356,12 @@ struct FillLikeKernel {
 // for integers, nonzero to true) on ranges of elements, each range a call of its own, split by
 // the grain policy, at cast_cost per element.
 void cast_kernel(const KernelCall& c) {
-  const ArrayRef& in = c.in[0];
-  const KernelFn reference = reference_backend().get(Op::Cast, in.dtype);
-  const std::size_t in_es = dtype_size(in.dtype), out_es = dtype_size(c.out.dtype);
-  parallel_for(c.out.size, cast_cost(in.dtype, c.out.dtype), [&](std::int64_t i0, std::int64_t i1) {
-    const std::int64_t dims[1] = {i1 - i0};
-    ArrayRef part = in;
-    part.data = static_cast<char*>(in.data) + static_cast<std::size_t>(i0) * in_es;
-    part.dims = dims;
-    part.ndim = 1;
-    part.size = i1 - i0;
-    KernelCall call = c;
-    call.in = &part;
-    call.n_in = 1;
-    call.out.data = static_cast<char*>(c.out.data) + static_cast<std::size_t>(i0) * out_es;
-    call.out.dims = dims;
-    call.out.ndim = 1;
-    call.out.size = i1 - i0;
-    reference(call);
-  });
+  const KernelFn reference = reference_backend().get(Op::Cast, c.in[0].dtype);
+  parallel_for(c.out.size, cast_cost(c.in[0].dtype, c.out.dtype),
+               [&](std::int64_t i0, std::int64_t i1) {
+                 const std::int64_t dims[1] = {i1 - i0};
+                 run_part(reference, c, i0, dims, 1, i0, dims, 1);
+               });
 }
 
 }  // namespace

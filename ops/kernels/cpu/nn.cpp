@@ -77,27 +77,12 @@ void random_kernel(const KernelCall& c) {
 // on the reference's kernel, 1,024 rows of 1,000).
 void one_hot_kernel(const KernelCall& c) {
   const std::int64_t depth = attrs::OneHot::of(*c.attrs).depth;
-  const ArrayRef& idx = c.in[0];
   const KernelFn reference = reference_backend().get(Op::OneHot, c.out.dtype);
-  const std::size_t idx_es = dtype_size(idx.dtype), out_es = dtype_size(c.out.dtype);
   parallel_for(
-      idx.size, 0.5 * static_cast<double>(depth) + 4.0,
+      c.in[0].size, 0.5 * static_cast<double>(depth) + 4.0,
       [&](std::int64_t r0, std::int64_t r1) {
         const std::int64_t dims[1] = {r1 - r0}, out_dims[2] = {r1 - r0, depth};
-        ArrayRef part = idx;
-        part.data = static_cast<char*>(idx.data) + static_cast<std::size_t>(r0) * idx_es;
-        part.dims = dims;
-        part.ndim = 1;
-        part.size = r1 - r0;
-        KernelCall call = c;
-        call.in = &part;
-        call.n_in = 1;
-        call.out.data =
-            static_cast<char*>(c.out.data) + static_cast<std::size_t>(r0 * depth) * out_es;
-        call.out.dims = out_dims;
-        call.out.ndim = 2;
-        call.out.size = (r1 - r0) * depth;
-        reference(call);
+        run_part(reference, c, r0, dims, 1, r0 * depth, out_dims, 2);
       },
       1);
 }

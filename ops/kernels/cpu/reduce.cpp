@@ -434,26 +434,12 @@ void lines_kernel(const KernelCall& c) {
   const Attrs* line_attrs =
       kCumulative ? &line_cumulative[attrs::Cumulative::of(*c.attrs).reverse ? 1 : 0] : &line_axis;
   const std::int64_t out_per_outer = c.out.size / outer;
-  const std::size_t in_es = dtype_size(in.dtype), out_es = dtype_size(c.out.dtype);
   parallel_for(
       outer, kCost * static_cast<double>(n * inner),
       [&](std::int64_t o0, std::int64_t o1) {
         const std::int64_t dims[3] = {o1 - o0, n, inner}, out_dims[2] = {o1 - o0, inner};
-        ArrayRef part = in;
-        part.data = static_cast<char*>(in.data) + static_cast<std::size_t>(o0 * n * inner) * in_es;
-        part.dims = dims;
-        part.ndim = 3;
-        part.size = (o1 - o0) * n * inner;
-        KernelCall call = c;
-        call.in = &part;
-        call.n_in = 1;
-        call.out.data =
-            static_cast<char*>(c.out.data) + static_cast<std::size_t>(o0 * out_per_outer) * out_es;
-        call.out.dims = kCumulative ? dims : out_dims;
-        call.out.ndim = kCumulative ? 3 : 2;
-        call.out.size = (o1 - o0) * out_per_outer;
-        call.attrs = line_attrs;
-        reference(call);
+        run_part(reference, c, o0 * n * inner, dims, 3, o0 * out_per_outer,
+                 kCumulative ? dims : out_dims, kCumulative ? 3 : 2, line_attrs);
       },
       1);
 }
