@@ -40,19 +40,26 @@ std::vector<ktape::NDArray> in_arena(int threads, Build&& build) {
   return out;
 }
 
+// Expects the outputs of `run("cpu", t)` at each of `threads` to have the bits of `base`.
+template <class Run>
+void expect_cpu_bits(const std::vector<ktape::NDArray>& base, Run&& run,
+                     std::initializer_list<int> threads, const std::string& what) {
+  for (int t : threads) {
+    const std::vector<ktape::NDArray> cpu = run("cpu", t);
+    EXPECT_EQ(cpu.size(), base.size()) << what;
+    for (std::size_t k = 0; k < std::min(cpu.size(), base.size()); ++k)
+      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), base[k].raw_data(), base[k].nbytes()))
+          << what << " output " << k << " at " << t << " threads";
+  }
+}
+
 // The outputs of `run(backend, threads)` on the cpu backend at each of `threads` have the
 // reference backend's bits; returns the reference's.
 template <class Run>
 std::vector<ktape::NDArray> expect_reference_bits(Run&& run, std::initializer_list<int> threads,
                                                   const std::string& what = "") {
-  const std::vector<ktape::NDArray> ref = run("reference", 1);
-  for (int t : threads) {
-    const std::vector<ktape::NDArray> cpu = run("cpu", t);
-    EXPECT_EQ(cpu.size(), ref.size()) << what;
-    for (std::size_t k = 0; k < std::min(cpu.size(), ref.size()); ++k)
-      EXPECT_EQ(0, std::memcmp(cpu[k].raw_data(), ref[k].raw_data(), ref[k].nbytes()))
-          << what << " output " << k << " at " << t << " threads";
-  }
+  std::vector<ktape::NDArray> ref = run("reference", 1);
+  expect_cpu_bits(ref, run, threads, what);
   return ref;
 }
 
@@ -61,14 +68,8 @@ std::vector<ktape::NDArray> expect_reference_bits(Run&& run, std::initializer_li
 template <class Run>
 std::vector<ktape::NDArray> expect_same_bits(Run&& run, std::initializer_list<int> threads,
                                              const std::string& what = "") {
-  const std::vector<ktape::NDArray> one = run("cpu", 1);
-  for (int t : threads) {
-    const std::vector<ktape::NDArray> many = run("cpu", t);
-    EXPECT_EQ(many.size(), one.size()) << what;
-    for (std::size_t k = 0; k < std::min(many.size(), one.size()); ++k)
-      EXPECT_EQ(0, std::memcmp(many[k].raw_data(), one[k].raw_data(), one[k].nbytes()))
-          << what << " output " << k << " at " << t << " threads";
-  }
+  std::vector<ktape::NDArray> one = run("cpu", 1);
+  expect_cpu_bits(one, run, threads, what);
   return one;
 }
 

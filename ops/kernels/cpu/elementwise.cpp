@@ -333,24 +333,22 @@ void register_float(Backend& b) {
 // FillLike for every dtype: the reference's kernel converts the value into the first element
 // (whatever the dtype's rules), and its bytes fill the rest, split over threads.
 template <std::size_t ES>
-struct FillLikeKernel {
+void fill_like_kernel(const KernelCall& c) {
   using Word = std::conditional_t<
       ES == 1, std::uint8_t,
       std::conditional_t<ES == 2, std::uint16_t,
                          std::conditional_t<ES == 4, std::uint32_t, std::uint64_t>>>;
-  static void run(const KernelCall& c) {
-    if (c.out.size <= 0) return;
-    KernelCall first = c;
-    first.out.size = 1;
-    reference_backend().get(Op::FillLike, c.out.dtype)(first);
-    auto* y = static_cast<Word*>(c.out.data);
-    Word v;
-    std::memcpy(&v, y, sizeof v);
-    parallel_for(c.out.size, 0.25, [&](std::int64_t i0, std::int64_t i1) {
-      std::fill(y + std::max<std::int64_t>(i0, 1), y + i1, v);
-    });
-  }
-};
+  if (c.out.size <= 0) return;
+  KernelCall first = c;
+  first.out.size = 1;
+  reference_backend().get(Op::FillLike, c.out.dtype)(first);
+  auto* y = static_cast<Word*>(c.out.data);
+  Word v;
+  std::memcpy(&v, y, sizeof v);
+  parallel_for(c.out.size, 0.25, [&](std::int64_t i0, std::int64_t i1) {
+    std::fill(y + std::max<std::int64_t>(i0, 1), y + i1, v);
+  });
+}
 
 // Cast for every pair of dtypes: the reference's kernel (its conversions: saturating, NaN to 0
 // for integers, nonzero to true) on ranges of elements, each range a call of its own, split by
@@ -369,7 +367,7 @@ void cast_kernel(const KernelCall& c) {
 void register_cpu_elementwise(Backend& b) {
   register_float<float>(b);
   register_float<double>(b);
-  set_by_size<FillLikeKernel>(b, Op::FillLike);
+  set_by_size(b, Op::FillLike, [](auto es) { return &fill_like_kernel<es.value>; });
   for (int d = 0; d < kNumDTypes; ++d)  // cast_kernel calls the reference's
     if (reference_backend().get(Op::Cast, static_cast<DType>(d)))
       b.set(Op::Cast, static_cast<DType>(d), &cast_kernel);

@@ -509,52 +509,19 @@ void gather_grad_kernel(const KernelCall& c) {
   });
 }
 
-template <std::size_t ES>
-struct TransposeKernel {
-  static void run(const KernelCall& c) { transpose_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct ReverseKernel {
-  static void run(const KernelCall& c) { reverse_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct PadKernel {
-  static void run(const KernelCall& c) { pad_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct SliceKernel {
-  static void run(const KernelCall& c) { slice_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct SlicePadKernel {
-  static void run(const KernelCall& c) { slice_pad_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct ConcatKernel {
-  static void run(const KernelCall& c) { concat_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct ConcatPartKernel {
-  static void run(const KernelCall& c) { concat_part_kernel<ES>(c); }
-};
-template <std::size_t ES>
-struct GatherKernel {
-  static void run(const KernelCall& c) { gather_kernel<ES>(c); }
-};
-
 }  // namespace
 
 void register_cpu_layout(Backend& b) {
-  set_by_size<TransposeKernel>(b, Op::Transpose);
-  set_by_size<ReverseKernel>(b, Op::Reverse);
-  set_by_size<PadKernel>(b, Op::Pad);
-  set_by_size<GatherKernel>(b, Op::Gather);
+  set_by_size(b, Op::Transpose, [](auto es) { return &transpose_kernel<es.value>; });
+  set_by_size(b, Op::Reverse, [](auto es) { return &reverse_kernel<es.value>; });
+  set_by_size(b, Op::Pad, [](auto es) { return &pad_kernel<es.value>; });
+  set_by_size(b, Op::Gather, [](auto es) { return &gather_kernel<es.value>; });
   b.set(Op::GatherGrad, DType::float32, &gather_grad_kernel<float>);
   b.set(Op::GatherGrad, DType::float64, &gather_grad_kernel<double>);
-  set_by_size<SliceKernel>(b, Op::Slice);
-  set_by_size<SlicePadKernel>(b, Op::SlicePad);
-  set_by_size<ConcatKernel>(b, Op::Concat);
-  set_by_size<ConcatPartKernel>(b, Op::ConcatPart);
+  set_by_size(b, Op::Slice, [](auto es) { return &slice_kernel<es.value>; });
+  set_by_size(b, Op::SlicePad, [](auto es) { return &slice_pad_kernel<es.value>; });
+  set_by_size(b, Op::Concat, [](auto es) { return &concat_kernel<es.value>; });
+  set_by_size(b, Op::ConcatPart, [](auto es) { return &concat_part_kernel<es.value>; });
 }
 
 }  // namespace ktape::kernels
