@@ -67,9 +67,11 @@ struct Stored {
   }
 };
 
+// `scratch`: parallel_gemm gets a scratch of parallel_gemm_scratch's size, filled with NaN
+// (else it allocates its own).
 template <class T>
 void check_product(GemmLibrary lib, std::int64_t m, std::int64_t n, std::int64_t k, bool acm,
-                   bool bcm, bool ccm, bool accumulate, bool parallel) {
+                   bool bcm, bool ccm, bool accumulate, bool parallel, bool scratch = false) {
   const UseLibrary use(lib);
   std::mt19937 rng(static_cast<unsigned>(m * 131 + n * 17 + k));
   Stored<T> a(m, k, acm, rng), b(k, n, bcm, rng), c(m, n, ccm, rng);
@@ -91,8 +93,13 @@ void check_product(GemmLibrary lib, std::int64_t m, std::int64_t n, std::int64_t
       bound[static_cast<std::size_t>(i * n + j)] = static_cast<double>(
           static_cast<long double>(k + 1) * std::numeric_limits<T>::epsilon() * mag);
     }
+  std::vector<T> space;
+  if (scratch)
+    space.assign(ktape::kernels::parallel_gemm_scratch(m, n, k, sizeof(T)) / sizeof(T) + 1,
+                 std::numeric_limits<T>::quiet_NaN());
   if (parallel)
-    ktape::kernels::parallel_gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
+    ktape::kernels::parallel_gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate,
+                                     scratch ? space.data() : nullptr);
   else
     ktape::kernels::gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
   const std::string what = std::string(ktape::kernels::gemm_library_name(lib)) + " " +
@@ -260,20 +267,27 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
     std::int64_t m, n, k;
     bool acm, bcm, ccm, serial, parallel;  // taken by gemm(), by parallel_gemm()
   };
-  // The deep products: one cut into depth slices (too few tiles), one into tiles.
-  ASSERT_GT(ktape::kernels::gemm_tiles(130, 70, 1101).chunks, 1);
-  ASSERT_LT(count_tiles(ktape::kernels::xsmm_tiles(130, 70, 1101, true, 4, false), 130, 70), 16);
-  ASSERT_GE(count_tiles(ktape::kernels::xsmm_tiles(256, 256, 1030, true, 4, true), 256, 256), 16);
+  // The deep products: tiles and depth slices, A read along its rows and transposed.
+  ASSERT_GT(ktape::kernels::xsmm_tiles(130, 70, 1101, true, 4, false).chunks, 1);
+  ASSERT_GT(ktape::kernels::xsmm_tiles(256, 256, 1030, true, 4, true).chunks, 1);
   for (const Case& s : {Case{37, 29, 41, false, false, false, true, true},     // X W
                         Case{37, 29, 41, true, false, false, true, true},      // X^T dY
                         Case{37, 29, 41, false, true, false, false, true},     // dY W^T: B copied
                         Case{37, 29, 41, true, true, true, true, true},        // column-major C
                         Case{37, 29, 41, false, false, true, false, false},    // ... A row-major
-                        Case{130, 70, 1101, false, false, false, true, true},  // deep: slices
-                        Case{256, 256, 1030, true, false, false, true, true}}) {  // deep: tiles
+                        Case{130, 70, 1101, false, false, false, true, true},  // deep
+                        Case{256, 256, 1030, true, false, false, true, true},  // deep, X^T dY
+                        Case{130, 70, 1101, false, true, false, false, true},  // deep, B copied
+                        Case{130, 70, 1101, true, true, true, true, true}}) {  // deep, C col
     for (bool parallel : {false, true}) {
       const std::uint64_t before = ktape::kernels::gemm_xsmm_tiles();
       check_product<float>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, false, parallel);
+      if (s.k >= 1024 && parallel) {  // the slices' partial sums in a given scratch, and added
+        check_product<float>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, true, true,
+                             true);
+        check_product<float>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, false, true,
+                             true);
+      }
       if (s.k < 1024)  // (the deep ones in float only: the oracle's time)
         check_product<double>(GemmLibrary::xsmm, s.m, s.n, s.k, s.acm, s.bcm, s.ccm, true,
                               parallel);
@@ -356,15 +370,15 @@ TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
 }
 
 TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
-  // Depth blocks: the whole depth below 1024, else equal blocks of at most 512.
+  // Depth blocks: the whole depth below 1024, else equal blocks of at most 256.
   for (const auto& [k, depth] : {std::pair<std::int64_t, std::int64_t>{1, 1},
                                  {784, 784},
                                  {1023, 1023},
-                                 {1024, 512},
-                                 {1100, 367},
-                                 {3584, 512},
-                                 {100352, 512},
-                                 {1537, 385}}) {
+                                 {1024, 256},
+                                 {1100, 220},
+                                 {3584, 256},
+                                 {100352, 256},
+                                 {1537, 220}}) {
     EXPECT_EQ(ktape::kernels::xsmm_depth(k), depth) << k;
   }
   struct Case {
@@ -385,7 +399,22 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
                                    " " + std::to_string(elem) +
                                    (transposed ? " B, transposed" : " B") + ": tiles " +
                                    std::to_string(t.rows) + "x" + std::to_string(t.cols);
-          EXPECT_EQ(t.chunks, 1) << what;
+          // Depth slices only in a deep product: whole blocks, at least two each, none empty,
+          // their partial sums at most 4 MiB.
+          const std::int64_t depth = ktape::kernels::xsmm_depth(s.k);
+          const std::int64_t blocks = (s.k + depth - 1) / depth;
+          const std::int64_t per = (blocks + t.chunks - 1) / t.chunks;
+          EXPECT_GE(t.chunks, 1) << what;
+          if (s.k < 1024) {
+            EXPECT_EQ(t.chunks, 1) << what;
+          } else {
+            EXPECT_GE(per, 2) << what;
+            EXPECT_LT((t.chunks - 1) * per, blocks) << what;
+            EXPECT_LE(double(t.chunks - 1) * double(s.m) * double(s.n) * double(elem),
+                      4.0 * (1 << 20))
+                << what;
+            EXPECT_GE(tiles * t.chunks, 8) << what;
+          }
           EXPECT_TRUE(t.rows >= floor || t.rows == s.m) << what;
           EXPECT_TRUE(t.cols >= floor || t.cols == s.n) << what;
           EXPECT_LE(t.rows, s.m) << what;
@@ -396,16 +425,25 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
                       256.0 * 1024)
                 << what;
           }
-          // A tile of at least ~1 MFLOP, unless only the panel's fit cut it.
-          if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n)) {
-            EXPECT_GE(2.0 * double(t.rows) * double(t.cols) * double(s.k), double(1 << 20)) << what;
+          // A task of at least ~1 MFLOP, unless only the panel's fit or a deep product's width
+          // cut it.
+          if (tiles > 1 && (unit_cols ? t.rows < s.m : t.cols < s.n) &&
+              (s.k < 1024 || std::min(t.rows, t.cols) < 128)) {
+            EXPECT_GE(2.0 * double(t.rows) * double(t.cols) * double(per * depth), double(1 << 20))
+                << what;
           }
           EXPECT_LE(tiles, 256) << what;
           if (s.m == 5000) {
             EXPECT_GE(tiles, 64) << what;
           }
-          if (s.m == 128 && s.n == 512) {
+          if (s.m == 128 && s.n == 512 && s.k < 1024) {
             EXPECT_GE(tiles, 16) << what;  // the LSTM's per-step product
+          }
+          if (s.m == 128 && s.n == 512 && s.k == 3584 && unit_cols && elem == 4) {
+            // A loop's hoisted weight gradient dU = h^T dZ: wide tiles, seven slices.
+            EXPECT_EQ(t.rows, 128) << what;
+            EXPECT_EQ(t.cols, 256) << what;
+            EXPECT_EQ(t.chunks, 7) << what;
           }
           if (s.m == 128 && s.n == 128 && s.k == 256) {
             EXPECT_GE(tiles, 4) << what;  // the MLP's second layer: both of two cores

@@ -144,9 +144,9 @@ bool xsmm_transposed(MatRef<const T> a, MatRef<const T> b, MatRef<T> c) {
   return c.rs != 1 ? a.cs != 1 : b.rs != 1;
 }
 
-// A product this deep (a weight gradient over a long batch) whose LIBXSMM tiles are fewer than
-// kXsmmDeepTiles cuts its depth into slices instead (gemm_tiles), as many cores as the slices feed.
-constexpr std::int64_t kXsmmDeep = 1024, kXsmmDeepTiles = 16;
+// A product this deep (a weight gradient over a long batch) runs on LIBXSMM in depth blocks of
+// about 256 and wide tiles, its depth cut into slices for the tasks (xsmm_tiles).
+constexpr std::int64_t kXsmmDeep = 1024;
 // The least work of a tile (about 4 us of one core's on LIBXSMM), where there is more.
 constexpr double kMinTileFlops = 1 << 20;
 
@@ -198,21 +198,58 @@ void general_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T
   eigen<T>(m, n, k, a, b, c, accumulate);
 }
 
-// Tile `tile` of xsmm_tiles' split, by LIBXSMM's kernels (or, where it has none, the general
-// library's product), in depth blocks of xsmm_depth(k), in order.
+// Partial sum s > 0 of a product whose depth is cut into slices: the (s - 1)-th m x n matrix
+// in `part`, ordered as C is (row-major unless C is column-major).
 template <class T>
-void xsmm_tile(const GemmTiles& t, std::int64_t tile, std::int64_t m, std::int64_t n,
-               std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c, bool accumulate) {
+MatRef<T> slice_sum(T* part, std::int64_t s, std::int64_t m, std::int64_t n, MatRef<T> c) {
+  T* p = part + (s - 1) * m * n;
+  return c.cs == 1 ? MatRef<T>{p, n, 1} : MatRef<T>{p, 1, m};
+}
+
+// C += the partial sums of slices 1 .. t.chunks - 1, in slice order, one task per tile of t.
+template <class T>
+void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c, T* part) {
+  if (t.chunks <= 1) return;
+  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
+  parallel_slots(((m + t.rows - 1) / t.rows) * tiles_n, [&](std::int64_t tile) {
+    const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+    const std::int64_t i1 = std::min(m, i0 + t.rows), j1 = std::min(n, j0 + t.cols);
+    for (std::int64_t s = 1; s < t.chunks; ++s) {
+      const MatRef<T> p = slice_sum(part, s, m, n, c);
+      if (c.cs == 1) {
+        for (std::int64_t i = i0; i < i1; ++i)
+          for (std::int64_t j = j0; j < j1; ++j) c.p[i * c.rs + j] += p.p[i * p.rs + j];
+      } else {
+        for (std::int64_t j = j0; j < j1; ++j)
+          for (std::int64_t i = i0; i < i1; ++i) c.p[i * c.rs + j * c.cs] += p.p[i + j * p.cs];
+      }
+    }
+  });
+}
+
+// Task `task` of xsmm_tiles' split t: slice `task % t.chunks` of the depth of tile
+// `task / t.chunks`, by LIBXSMM's kernels (or, where it has none, the general library's
+// product), in depth blocks of xsmm_depth(k), in order. Slice 0 goes to C (added when
+// `accumulate`), slice s > 0 to partial sum s - 1 in `part` (m x n each, ordered as C is), for
+// add_slices.
+template <class T>
+void xsmm_tile(const GemmTiles& t, std::int64_t task, std::int64_t m, std::int64_t n,
+               std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c, bool accumulate,
+               T* part = nullptr) {
+  const std::int64_t tile = task / t.chunks, s = task % t.chunks;
   const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
   const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
   const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
-  const MatRef<const T> as{a.p + i0 * a.rs, a.rs, a.cs}, bs{b.p + j0 * b.cs, b.rs, b.cs};
-  const MatRef<T> cs{c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs};
   const std::int64_t depth = xsmm_depth(k);
-  for (std::int64_t p = 0; p < k; p += depth) {
-    const std::int64_t kp = std::min(depth, k - p);
+  const std::int64_t per_slice = ((k + depth - 1) / depth + t.chunks - 1) / t.chunks * depth;
+  const std::int64_t k0 = std::min(k, s * per_slice), k1 = std::min(k, k0 + per_slice);
+  const MatRef<T> to = s == 0 ? c : slice_sum(part, s, m, n, c);
+  const MatRef<const T> as{a.p + i0 * a.rs, a.rs, a.cs}, bs{b.p + j0 * b.cs, b.rs, b.cs};
+  const MatRef<T> cs{to.p + i0 * to.rs + j0 * to.cs, to.rs, to.cs};
+  for (std::int64_t p = k0; p < k1; p += depth) {
+    const std::int64_t kp = std::min(depth, k1 - p);
     const MatRef<const T> ap{as.p + p * as.cs, as.rs, as.cs}, bp{bs.p + p * bs.rs, bs.rs, bs.cs};
-    const bool acc = accumulate || p > 0;
+    const bool acc = (s == 0 && accumulate) || p > k0;
 #if KTAPE_XSMM
     if (xsmm::run<T>(mi, nj, kp, ap, bp, cs, acc)) continue;
 #endif
@@ -249,25 +286,49 @@ void halve_sides(GemmTiles& t, std::int64_t min_side, std::int64_t target, Tasks
 }  // namespace
 
 std::int64_t xsmm_depth(std::int64_t k) {
-  constexpr std::int64_t kBlock = 512;
-  if (k < 1024) return std::max<std::int64_t>(k, 1);
+  constexpr std::int64_t kBlock = 256;
+  if (k < kXsmmDeep) return std::max<std::int64_t>(k, 1);
   const std::int64_t blocks = (k + kBlock - 1) / kBlock;
   return (k + blocks - 1) / blocks;
 }
 
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
                      std::size_t elem_size, bool transposed) {
-  constexpr std::int64_t kTargetTasks = 64;
+  constexpr std::int64_t kTargetTasks = 64, kDeepSide = 128, kDeepMinTasks = 8;
+  constexpr std::int64_t kMinSliceBlocks = 2;
+  constexpr double kSliceBytes = 4 << 20;  // the most the partial sums take
   const std::int64_t kMinSide = transposed ? 64 : 32;
   constexpr double kPanelBytes = 256 * 1024;
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
   std::int64_t& along = unit_cols ? t.cols : t.rows;
-  const double depth = static_cast<double>(xsmm_depth(k));
-  while (along > kMinSide && double(along) * depth * double(elem_size) > kPanelBytes)
+  const std::int64_t depth = xsmm_depth(k);
+  while (along > kMinSide && double(along) * double(depth) * double(elem_size) > kPanelBytes)
     along = std::max(kMinSide, half_side(along));
+  if (k < kXsmmDeep) {
+    halve_sides(
+        t, kMinSide, kTargetTasks, [&] { return tile_count(t, m, n); },
+        [&](std::int64_t r, std::int64_t c) { return 2.0 * double(r) * double(c) * double(k); });
+    return t;
+  }
+  // Deep: wide tiles, and slices of whole depth blocks for the tasks.
+  std::int64_t& across = unit_cols ? t.rows : t.cols;
+  while (across > kDeepSide) across = half_side(across);
+  const std::int64_t blocks = (k + depth - 1) / depth;
+  const std::int64_t tiles = tile_count(t, m, n);
+  const double sum_bytes =  // one partial sum
+      double(std::max<std::int64_t>(m, 1)) * double(std::max<std::int64_t>(n, 1)) *
+      double(elem_size);
+  const std::int64_t chunks = std::clamp<std::int64_t>(
+      std::min<std::int64_t>((kTargetTasks + tiles - 1) / tiles,
+                             1 + static_cast<std::int64_t>(kSliceBytes / sum_bytes)),
+      1, std::max<std::int64_t>(1, blocks / kMinSliceBlocks));
+  // Slices of `per` blocks (the last one shorter), and no empty one: xsmm_tile cuts the same.
+  const std::int64_t per = (blocks + chunks - 1) / chunks;
+  t.chunks = (blocks + per - 1) / per;
+  const double slice = double(per * depth);
   halve_sides(
-      t, kMinSide, kTargetTasks, [&] { return tile_count(t, m, n); },
-      [&](std::int64_t r, std::int64_t c) { return 2.0 * double(r) * double(c) * double(k); });
+      t, kMinSide, kDeepMinTasks, [&] { return tile_count(t, m, n) * t.chunks; },
+      [&](std::int64_t r, std::int64_t c) { return 2.0 * double(r) * double(c) * slice; });
   return t;
 }
 
@@ -285,7 +346,8 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
     return;
   }
   if (xsmm_takes<T>(a, b, c)) {
-    const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
+    GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
+    t.chunks = 1;  // on one thread, each tile sums its whole depth into C
     for (std::int64_t tile = 0, count = tile_count(t, m, n); tile < count; ++tile)
       xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate);
     return;
@@ -347,10 +409,18 @@ bool use_blocked(std::int64_t m, std::int64_t n, std::int64_t k) {
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size) {
   if (m <= 0 || n <= 0) return 0;
-  const GemmTiles t = gemm_tiles(m, n, k);
-  std::size_t bytes = static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
-  if (xsmm_copy_fits(n, k, elem_size))  // B copied row-major (xsmm_copies_b)
-    bytes = std::max(bytes, 64 + static_cast<std::size_t>(n * k) * elem_size);
+  auto slices = [&](const GemmTiles& t) {
+    return static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
+  };
+  std::size_t bytes = slices(gemm_tiles(m, n, k)), xsmm_slices = 0;
+  if (xsmm_usable())  // LIBXSMM's depth slices, for any strides of the operands
+    for (const bool unit_cols : {false, true})
+      for (const bool transposed : {false, true})
+        xsmm_slices =
+            std::max(xsmm_slices, slices(xsmm_tiles(m, n, k, unit_cols, elem_size, transposed)));
+  bytes = std::max(bytes, xsmm_slices);
+  if (xsmm_copy_fits(n, k, elem_size))  // B copied row-major (xsmm_copies_b), then the slices
+    bytes = std::max(bytes, 64 + static_cast<std::size_t>(n * k) * elem_size + xsmm_slices);
 #if KTAPE_BLIS
   // Either path may run (the library can be switched after a plan is compiled).
   if (blis::has_kernels())
@@ -369,33 +439,45 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   check_strides("a", a);
   check_strides("b", b);
   check_strides("c", c);
-  // LIBXSMM's tiles, unless the product is deep and they are too few: then the depth slices
-  // below, each on LIBXSMM's kernels (gemm()).
-  auto enough_tiles = [&](bool unit_cols) {
-    return k < kXsmmDeep ||
-           tile_count(xsmm_tiles(m, n, k, unit_cols, sizeof(T), xsmm_transposed(a, b, c)), m, n) >=
-               kXsmmDeepTiles;
+  // The partial sums of depth slices (chunks > 1): after `offset` bytes of the scratch, or
+  // allocated when the caller gave none (not a Function's call).
+  std::vector<T> own;
+  auto slices = [&](const GemmTiles& t, std::size_t offset) -> T* {
+    if (t.chunks <= 1) return nullptr;
+    if (scratch != nullptr) return reinterpret_cast<T*>(static_cast<char*>(scratch) + offset);
+    own.resize(static_cast<std::size_t>((t.chunks - 1) * m * n));
+    return own.data();
   };
   const bool xsmm = k > 0 && xsmm_takes<T>(a, b, c);
-  if (xsmm && enough_tiles(c.cs == 1)) {
+  if (xsmm) {
     const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
-    parallel_slots(tile_count(t, m, n),
-                   [&](std::int64_t tile) { xsmm_tile<T>(t, tile, m, n, k, a, b, c, accumulate); });
-    return;
+    T* const part = slices(t, 0);
+    parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
+      xsmm_tile<T>(t, task, m, n, k, a, b, c, accumulate, part);
+    });
+    return add_slices<T>(t, m, n, c, part);
   }
-  if (xsmm_copies_b<T>(n, k, b, c) && enough_tiles(true)) {
+  if (xsmm_copies_b<T>(n, k, b, c)) {
     // B copied row-major: into the kept copy of a loop's weight (copied on the run's first
-    // step), else into the scratch.
+    // step), else into the scratch (its first bytes; the partial sums after them).
     T* bt = nullptr;
     bool ready = false;
     const std::size_t need = static_cast<std::size_t>(n * k) * sizeof(T);
+    std::size_t after = 0;  // the scratch's bytes the copy takes
+    const GemmTiles t = xsmm_tiles(m, n, k, true, sizeof(T), a.cs != 1);  // (C is row-major)
+    const std::size_t part_bytes = static_cast<std::size_t>((t.chunks - 1) * m * n) * sizeof(T);
     GemmPackCache* const cache = keep ? keep->b : nullptr;
     if (cache != nullptr && cache->data != nullptr && cache->bytes >= need) {
       bt = static_cast<T*>(cache->data);
       ready = cache->format == 1 && cache->source == b.p && cache->run == keep->run;
     } else if (scratch != nullptr) {
       std::size_t space = parallel_gemm_scratch(m, n, k, sizeof(T));
-      if (space >= need + 64 && std::align(64, need, scratch, space)) bt = static_cast<T*>(scratch);
+      void* at = scratch;
+      if (space >= need + part_bytes + 64 && std::align(64, need, at, space)) {
+        bt = static_cast<T*>(at);
+        after =
+            static_cast<std::size_t>(static_cast<char*>(at) - static_cast<char*>(scratch)) + need;
+      }
     }
     std::vector<T> own_copy;  // no scratch given (not a Function's call): the same path, allocated
     if (bt == nullptr && scratch == nullptr && cache == nullptr) {
@@ -410,11 +492,11 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
         cache->format = 1;
       }
       const MatRef<const T> bc{bt, n, 1};
-      const GemmTiles t = xsmm_tiles(m, n, k, true, sizeof(T), xsmm_transposed(a, bc, c));
-      parallel_slots(tile_count(t, m, n), [&](std::int64_t tile) {
-        xsmm_tile<T>(t, tile, m, n, k, a, bc, c, accumulate);
+      T* const part = slices(t, after);
+      parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
+        xsmm_tile<T>(t, task, m, n, k, a, bc, c, accumulate, part);
       });
-      return;
+      return add_slices<T>(t, m, n, c, part);
     }
   }
 #if KTAPE_BLIS
@@ -429,38 +511,21 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   }
 #endif
   const GemmTiles t = gemm_tiles(m, n, k);
-  const std::int64_t tiles_m = (m + t.rows - 1) / t.rows, tiles_n = (n + t.cols - 1) / t.cols;
-  const std::int64_t chunks = t.chunks, depth = (k + chunks - 1) / chunks;
-  std::vector<T> own;
-  T* part = static_cast<T*>(scratch);
-  if (chunks > 1 && part == nullptr) {
-    own.resize(static_cast<std::size_t>((chunks - 1) * m * n));
-    part = own.data();
-  }
-  // Slice s > 0 of tile (i0, j0) goes to rows i0.. of partial-sum matrix s - 1 (row-major m x n).
-  parallel_slots(tiles_m * tiles_n * chunks, [&](std::int64_t task) {
-    const std::int64_t tile = task / chunks, s = task % chunks;
+  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
+  const std::int64_t depth = (k + t.chunks - 1) / t.chunks;
+  T* const part = slices(t, 0);
+  parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
+    const std::int64_t tile = task / t.chunks, s = task % t.chunks;
     const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
     const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
     const std::int64_t k0 = s * depth, kk = std::min(depth, k - k0);
     const MatRef<const T> as{a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs};
     const MatRef<const T> bs{b.p + k0 * b.rs + j0 * b.cs, b.rs, b.cs};
-    if (s == 0)
-      gemm<T>(mi, nj, kk, as, bs, {c.p + i0 * c.rs + j0 * c.cs, c.rs, c.cs}, accumulate);
-    else
-      gemm<T>(mi, nj, kk, as, bs, {part + (s - 1) * m * n + i0 * n + j0, n, 1}, false);
+    const MatRef<T> to = s == 0 ? c : slice_sum(part, s, m, n, c);
+    gemm<T>(mi, nj, kk, as, bs, {to.p + i0 * to.rs + j0 * to.cs, to.rs, to.cs},
+            s == 0 && accumulate);
   });
-  if (chunks == 1) return;
-  parallel_slots(tiles_m * tiles_n, [&](std::int64_t tile) {
-    const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
-    const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
-    for (std::int64_t i = i0; i < i0 + mi; ++i)
-      for (std::int64_t s = 1; s < chunks; ++s) {
-        const T* p = part + (s - 1) * m * n + i * n;
-        T* out = c.p + i * c.rs;
-        for (std::int64_t j = j0; j < j0 + nj; ++j) out[j * c.cs] += p[j];
-      }
-  });
+  add_slices<T>(t, m, n, c, part);
 }
 
 std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,
@@ -492,8 +557,8 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
     m += ms[s];
   }
   // On LIBXSMM's kernels: every part's tiles in one parallel region (nothing is packed, so the
-  // parts share no work), unless the product is deep and they are too few (then each part as
-  // parallel_gemm runs it).
+  // parts share no work), unless a part is deep enough to cut its depth into slices (then each
+  // part as parallel_gemm runs it, one after the other, reusing the scratch).
   bool xsmm = n > 0 && k > 0;
   for (int s = 0; s < count; ++s) xsmm = xsmm && xsmm_takes<T>(parts[s].a, b, parts[s].c);
   if (xsmm) {
@@ -505,9 +570,7 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
       first[s + 1] = first[s] + (ms[s] > 0 ? tile_count(t[s], ms[s], n) : 0);
     }
     bool tiled = true;  // as parallel_gemm would run each part alone (the same bits)
-    for (int s = 0; s < count; ++s)
-      tiled =
-          tiled && (k < kXsmmDeep || ms[s] == 0 || tile_count(t[s], ms[s], n) >= kXsmmDeepTiles);
+    for (int s = 0; s < count; ++s) tiled = tiled && (ms[s] == 0 || t[s].chunks == 1);
     if (tiled) {
       auto run = [&](std::int64_t tile) {
         int s = 0;

@@ -46,7 +46,8 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a, Mat
 // buffer for every shape it serves.
 std::size_t gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k, std::size_t elem_size);
 
-// The same product, over oneTBB tasks. On LIBXSMM's kernels: one task per tile of xsmm_tiles.
+// The same product, over oneTBB tasks. On LIBXSMM's kernels: one task per tile of xsmm_tiles
+// (per tile and depth slice in a deep product, whose slices' partial sums are then added).
 // With BLIS's kernels: ktape's blocked product around
 // BLIS's micro-kernel (gemm_blis.hpp: operands packed once per depth block by all threads and
 // shared, the output's micro-tiles split into as many tasks as the work and the thread count
@@ -165,12 +166,19 @@ std::string gemm_kernel_name(GemmLibrary lib);
 // other side), then the larger side is halved (to multiples of 16, not below 32, or 64 where
 // LIBXSMM reads the operand across C's unit stride `transposed`: its kernels for that slow down
 // below 64, 151 against 231 GFLOP/s at 32 x 32; each tile at least ~1 MFLOP) until there are 64
-// tiles, so that 16 to 64 cores have work. A
-// deep product (k >= 1024) with fewer than 16 such tiles cuts its depth instead (gemm_tiles).
+// tiles, so that 16 to 64 cores have work. A deep product (k >= 1024: a weight gradient over a
+// long batch, a loop's hoisted weight gradient) keeps wide tiles instead (the other side at
+// most 128) and cuts its depth into `chunks` slices of whole depth blocks, at least two each,
+// none empty, towards 64 tasks (their partial sums at most 4 MiB); its tiles are halved only
+// while it has fewer than 8 tasks. At
+// 128x3584x512 with A transposed (an LSTM's dU = h^T dZ), 64 x 64 tiles in blocks of 512 ran at
+// 91 GFLOP/s on one core of a Xeon (Emerald Rapids), 128 x 256 tiles in blocks of 256, in seven
+// slices, at 122. parallel_gemm adds the slices' partial sums into C in slice order; gemm(), on
+// one thread, sums each tile's whole depth into C.
 GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_cols,
                      std::size_t elem_size, bool transposed);
 // The depth of a LIBXSMM tile's blocks (run in order, each added into C): k below 1024, else
-// about 512 (equal blocks), so that the panels a kernel reads across the depth stay in L2.
+// about 256 (equal blocks), so that the panels a kernel reads across the depth stay in L2.
 std::int64_t xsmm_depth(std::int64_t k);
 // How many tiles LIBXSMM's kernels have computed, since the start; 0 without it. For tests.
 std::uint64_t gemm_xsmm_tiles();
