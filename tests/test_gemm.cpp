@@ -19,6 +19,9 @@
 
 #include "engine/errors.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
+#if KTAPE_BLIS
+#include "ops/kernels/cpu/gemm_blis.hpp"
+#endif
 
 namespace {
 
@@ -519,6 +522,25 @@ TEST(Gemm, TheDefaultKernelIsNeverBlisReferenceCode) {
 #endif
   EXPECT_EQ(ktape::kernels::gemm_kernel_name(GemmLibrary::eigen), "eigen");
 }
+
+#if KTAPE_BLIS
+// Where BLIS 0.9 says haswell on a CPU with AVX-512, ktape takes BLIS's skx kernels unless the
+// brand string names a part with one FMA unit (where AVX-512 adds no FMAs).
+TEST(Gemm, BlisHaswellKernelsStayOnlyOnOneFmaUnitParts) {
+  using ktape::kernels::blis::one_fma_unit;
+  for (const char* one :
+       {"Intel(R) Xeon(R) Silver 4210R CPU @ 2.40GHz", "Intel(R) Xeon(R) Bronze 3106 CPU @ 1.70GHz",
+        "Intel(R) Xeon(R) Gold 5120 CPU @ 2.20GHz", "Intel(R) Xeon(R) Gold 5220R CPU @ 2.20GHz",
+        "Intel(R) Xeon(R) D-2146NT CPU @ 2.30GHz"})
+    EXPECT_TRUE(one_fma_unit(one)) << one;
+  for (const char* two :
+       {"Intel(R) Xeon(R) Processor",  // a cloud VM's name (this one: Emerald Rapids)
+        "Intel(R) Xeon(R) Gold 5122 CPU @ 3.60GHz", "Intel(R) Xeon(R) Gold 6430",
+        "Intel(R) Xeon(R) Gold 5318Y CPU @ 2.10GHz", "Intel(R) Xeon(R) Platinum 8480+",
+        "Intel(R) Core(TM) i9-10900X CPU @ 3.70GHz", "AMD EPYC 9754 128-Core Processor", ""})
+    EXPECT_FALSE(one_fma_unit(two)) << two;
+}
+#endif
 
 }  // namespace
 

@@ -143,10 +143,10 @@ std::uint64_t gemm_units_taken();
 // product's right operand not transposed, or copied so when it is and fits 4 MiB), in tiles
 // from xsmm_tiles; BLIS or Eigen, as below, for the rest. blis: BLIS when the build has it
 // (KTAPE_BLIS) and BLIS has kernels for this CPU (its own choice, or skx / haswell by the CPU's
-// instruction sets where BLIS 0.9 does not know the model), else Eigen's. eigen: Eigen's. The
-// default is the first of the three that this build and CPU have (LIBXSMM needs AVX2). Benchmarks
-// and tests switch between them; a switch while kernels run is not supported. false = not built in
-// (or, for xsmm, no vector kernels for this CPU).
+// instruction sets where BLIS 0.9 does not know the model, see gemm_blis.cpp), else Eigen's. eigen:
+// Eigen's. The default is the first of the three that this build and CPU have (LIBXSMM needs AVX2).
+// Benchmarks and tests switch between them; a switch while kernels run is not supported. false =
+// not built in (or, for xsmm, no vector kernels for this CPU).
 enum class GemmLibrary { blis, eigen, xsmm };
 GemmLibrary gemm_library();
 bool set_gemm_library(GemmLibrary lib);

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -19,6 +21,7 @@
 
 #include <blis.h>
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -41,16 +44,35 @@ using detail::tile_into;
 // kernels run it at 210 (78 %). So when BLIS says "generic", the context is chosen here by the
 // instruction sets its kernels need: skx with AVX-512 F/DQ/BW/VL/CD, haswell with AVX2 and FMA.
 // A CPU with neither keeps "generic", and the default library is then Eigen's (vectorized for
-// the build machine by -march=native). BLIS's own choice stands whenever it makes one.
+// the build machine by -march=native).
+// On an Intel CPU with AVX-512, BLIS takes skx only when the brand string names a part with two
+// FMA units from its 2019 table (Platinum, some Gold and W numbers); any other name, such as a
+// cloud VM's "Intel(R) Xeon(R) Processor" or a newer Xeon's "Gold 6430", gets haswell (AVX2),
+// half the vector width: on a Xeon (Emerald Rapids) VM BLIS's haswell kernels ran 128x784x256 at
+// 48 GFLOP/s and its skx ones at 129, in BLIS's own product. ktape then takes skx too, unless
+// the name is one of a one-unit part (one_fma_unit), where AVX-512 brings no more FMAs.
 struct Kernels {
   cntx_t* cntx = nullptr;  // passed to every call
   arch_t arch = BLIS_ARCH_GENERIC;
-  bool chosen_here = false;  // BLIS said "generic"
+  bool chosen_here = false;  // BLIS said "generic", or haswell where skx runs
 };
 
 cntx_t* registered(arch_t id) {
   return bli_gks_lookup_id(id) != nullptr ? bli_gks_lookup_nat_cntx(id) : nullptr;
 }
+
+#if defined(__x86_64__)
+std::string cpu_brand() {
+  unsigned regs[12] = {};
+  for (unsigned leaf = 0; leaf < 3; ++leaf)
+    if (!__get_cpuid(0x80000002u + leaf, &regs[4 * leaf], &regs[4 * leaf + 1], &regs[4 * leaf + 2],
+                     &regs[4 * leaf + 3]))
+      return {};
+  char text[sizeof regs + 1] = {};
+  std::memcpy(text, regs, sizeof regs);
+  return text;
+}
+#endif
 
 const Kernels& kernels() {
   static const Kernels k = [] {
@@ -58,13 +80,18 @@ const Kernels& kernels() {
     Kernels r;
     r.arch = bli_arch_query_id();
     r.cntx = registered(r.arch);
-    if (r.arch != BLIS_ARCH_GENERIC) return r;
+    if (r.arch != BLIS_ARCH_GENERIC && r.arch != BLIS_ARCH_HASWELL) return r;
 #if defined(__x86_64__)
     __builtin_cpu_init();
     const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
                         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                         __builtin_cpu_supports("avx512cd");
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (r.arch == BLIS_ARCH_HASWELL) {
+      if (avx512 && __builtin_cpu_is("intel") && !one_fma_unit(cpu_brand()))
+        if (cntx_t* c = registered(BLIS_ARCH_SKX)) return Kernels{c, BLIS_ARCH_SKX, true};
+      return r;
+    }
     for (const arch_t id : {BLIS_ARCH_SKX, BLIS_ARCH_HASWELL}) {
       if (id == BLIS_ARCH_SKX ? !avx512 : !avx2) continue;
       if (cntx_t* c = registered(id)) return Kernels{c, id, true};
@@ -570,6 +597,17 @@ void run_blocked(const Micro<T>& u, const Problem<T>& p, bool acc, std::byte* sc
 }  // namespace
 
 bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
+
+bool one_fma_unit(const std::string& brand) {
+  if (brand.find("Xeon") == std::string::npos) return false;
+  if (brand.find("Silver") != std::string::npos || brand.find("Bronze") != std::string::npos ||
+      brand.find(" D-") != std::string::npos)
+    return true;
+  const std::size_t gold = brand.find("Gold ");  // Skylake and Cascade Lake Gold 51xx, 52xx
+  if (gold == std::string::npos) return false;
+  const int sku = std::atoi(brand.c_str() + gold + 5);
+  return sku >= 5100 && sku < 5300 && sku != 5122;
+}
 
 template <class T>
 bool blocked_available() {

@@ -12,9 +12,13 @@
 namespace ktape::kernels::blis {
 
 // Whether BLIS has kernels for this CPU (not its reference "generic" set), and their name
-// ("skx", "haswell (by ktape)").
+// ("skx", "skx (by ktape)").
 bool has_kernels();
 std::string kernel_name();
+// Whether an Intel brand string names a part with AVX-512 but one FMA unit (Xeon Bronze,
+// Silver, D, and Skylake / Cascade Lake Gold 51xx and 52xx but the 5122), where BLIS's haswell
+// kernels are kept.
+bool one_fma_unit(const std::string& brand);
 
 // BLIS's serial product, on the calling thread (conv tiles).
 template <class T>
