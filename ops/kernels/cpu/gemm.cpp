@@ -609,7 +609,7 @@ void parallel_transpose(const T* src, std::int64_t rs, std::int64_t rows, std::i
                         std::int64_t ld) {
   // Rows [j0, j1) of dst are columns [j0, j1) of src.
   parallel_for(
-      cols, static_cast<double>(rows),
+      cols, kTransposeCost * static_cast<double>(rows),
       [&](std::int64_t j0, std::int64_t j1) {
         blis::detail::transpose_matrix(src + j0, rs, rows, j1 - j0, ld, dst + j0 * ld);
       },
