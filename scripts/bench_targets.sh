@@ -47,4 +47,8 @@ awk '
     }
     printf "LSTM loop 2 threads: %.2fx one (>= 1.7x)\n", div(best["BM_LstmStep/128/0/1/0"], best["BM_LstmStep/128/0/2/0"])
     printf "MLP 2 threads: %.2fx one (>= 1.7x)\n", div(best["BM_MlpStep/128/0/1"], best["BM_MlpStep/128/0/2"])
+    # What two threads of this machine deliver at all (a VM'"'"'s second vCPU may share its core
+    # with a neighbour): read the 2-thread ratios against it.
+    printf "FMA peak 2 threads: %.2fx one (the ceiling of the ratios above on this machine now)\n",
+           div(rate["BM_FmaPeak/2"], peak1)
   }' "$out"
