@@ -96,15 +96,18 @@ void check_product(GemmLibrary lib, std::int64_t m, std::int64_t n, std::int64_t
       bound[static_cast<std::size_t>(i * n + j)] = static_cast<double>(
           static_cast<long double>(k + 1) * std::numeric_limits<T>::epsilon() * mag);
     }
+  // After the scratch's bytes, a canary that must stay.
+  const std::size_t scratch_elems =
+      (ktape::kernels::parallel_gemm_scratch(m, n, k, sizeof(T)) + sizeof(T) - 1) / sizeof(T);
   std::vector<T> space;
-  if (scratch)
-    space.assign(ktape::kernels::parallel_gemm_scratch(m, n, k, sizeof(T)) / sizeof(T) + 1,
-                 std::numeric_limits<T>::quiet_NaN());
+  if (scratch) space.assign(scratch_elems + 16, std::numeric_limits<T>::quiet_NaN());
+  for (std::size_t q = scratch_elems; q < space.size(); ++q) space[q] = T(-7);
   if (parallel)
     ktape::kernels::parallel_gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate,
                                      scratch ? space.data() : nullptr);
-  else
-    ktape::kernels::gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
+  for (std::size_t q = scratch_elems; q < space.size(); ++q)
+    ASSERT_EQ(space[q], T(-7)) << "wrote past the scratch at " << q;
+  if (!parallel) ktape::kernels::gemm<T>(m, n, k, a.cref(), b.cref(), c.ref(), accumulate);
   const std::string what = std::string(ktape::kernels::gemm_library_name(lib)) + " " +
                            std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
                            (acm ? " A col" : " A row") + (bcm ? " B col" : " B row") +
@@ -308,8 +311,8 @@ TEST(Gemm, XsmmRunsTheProductsItTakes) {
 // for a new run, and never mistaken for BLIS's packs in the same cache, nor they for it.
 // In float and double, with B^T's rows padded (a leading dimension past k).
 template <class T>
-void check_transposed_b_copy() {
-  const std::int64_t m = 70, n = 90, k = 130, ld = k + 3;
+void check_transposed_b_copy(std::int64_t k = 130) {  // 1101: deep, cut into depth slices
+  const std::int64_t m = 70, n = 90, ld = k + 3;
   const std::string type = sizeof(T) == 4 ? "float" : "double";
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> u(-1, 1);
@@ -370,6 +373,7 @@ TEST(Gemm, XsmmCopiesATransposedBOnceARun) {
   const UseLibrary use(GemmLibrary::xsmm);
   check_transposed_b_copy<float>();
   check_transposed_b_copy<double>();
+  check_transposed_b_copy<float>(1101);
 }
 
 TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
@@ -531,11 +535,13 @@ TEST(Gemm, BlisHaswellKernelsStayOnlyOnOneFmaUnitParts) {
   for (const char* one :
        {"Intel(R) Xeon(R) Silver 4210R CPU @ 2.40GHz", "Intel(R) Xeon(R) Bronze 3106 CPU @ 1.70GHz",
         "Intel(R) Xeon(R) Gold 5120 CPU @ 2.20GHz", "Intel(R) Xeon(R) Gold 5220R CPU @ 2.20GHz",
-        "Intel(R) Xeon(R) D-2146NT CPU @ 2.30GHz"})
+        "Intel(R) Xeon(R) D-2146NT CPU @ 2.30GHz", "Intel(R) Xeon(R) E-2388G CPU @ 3.20GHz",
+        "Intel(R) Xeon(R) W-2104 CPU @ 3.20GHz"})
     EXPECT_TRUE(one_fma_unit(one)) << one;
   for (const char* two :
        {"Intel(R) Xeon(R) Processor",  // a cloud VM's name (this one: Emerald Rapids)
-        "Intel(R) Xeon(R) Gold 5122 CPU @ 3.60GHz", "Intel(R) Xeon(R) Gold 6430",
+        "Intel(R) Xeon(R) Gold 5122 CPU @ 3.60GHz", "Intel(R) Xeon(R) Gold 5222 CPU @ 3.80GHz",
+        "Intel(R) Xeon(R) Gold 6430", "Intel(R) Xeon(R) W-2145 CPU @ 3.70GHz",
         "Intel(R) Xeon(R) Gold 5318Y CPU @ 2.10GHz", "Intel(R) Xeon(R) Platinum 8480+",
         "Intel(R) Core(TM) i9-10900X CPU @ 3.70GHz", "AMD EPYC 9754 128-Core Processor", ""})
     EXPECT_FALSE(one_fma_unit(two)) << two;
@@ -758,6 +764,9 @@ TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
       check_shared_b<double>(lib, {5, 17, 3}, 130, 41, acm, bcm, ccm, true);
       check_shared_b<float>(lib, {130, 70}, 10, 300, acm, bcm, ccm, false);
     }
+    // Deep parts on LIBXSMM (B row-major): each cut into depth slices, run part after part;
+    // an empty part among them.
+    check_shared_b<float>(lib, {130, 0, 28}, 64, 1101, true, false, false, false);
     ktape::kernels::set_gemm_pack_budget(100 << 10);  // one depth block per region
     check_shared_b<float>(lib, {67, 30}, 45, 1900, false, true, false, true);
     ktape::kernels::set_gemm_pack_budget(2 << 20);

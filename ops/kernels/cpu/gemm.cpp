@@ -300,6 +300,7 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
   const std::int64_t kMinSide = transposed ? 64 : 32;
   constexpr double kPanelBytes = 256 * 1024;
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
+  if (m <= 0 || n <= 0) return t;  // no tiles (an empty part of products sharing B)
   std::int64_t& along = unit_cols ? t.cols : t.rows;
   const std::int64_t depth = xsmm_depth(k);
   while (along > kMinSide && double(along) * double(depth) * double(elem_size) > kPanelBytes)

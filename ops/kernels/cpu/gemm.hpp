@@ -168,9 +168,9 @@ std::string gemm_kernel_name(GemmLibrary lib);
 // below 64, 151 against 231 GFLOP/s at 32 x 32; each tile at least ~1 MFLOP) until there are 64
 // tiles, so that 16 to 64 cores have work. A deep product (k >= 1024: a weight gradient over a
 // long batch, a loop's hoisted weight gradient) keeps wide tiles instead (the other side at
-// most 128) and cuts its depth into `chunks` slices of whole depth blocks, at least two each,
-// none empty, towards 64 tasks (their partial sums at most 4 MiB); its tiles are halved only
-// while it has fewer than 8 tasks. At
+// most 128) and cuts its depth into `chunks` slices of whole depth blocks, at least two each but
+// the last, none empty, towards 64 tasks (their partial sums at most 4 MiB); its tiles are
+// halved only while it has fewer than 8 tasks. At
 // 128x3584x512 with A transposed (an LSTM's dU = h^T dZ), 64 x 64 tiles in blocks of 512 ran at
 // 91 GFLOP/s on one core of a Xeon (Emerald Rapids), 128 x 256 tiles in blocks of 256, in seven
 // slices, at 122. parallel_gemm adds the slices' partial sums into C in slice order; gemm(), on
@@ -180,7 +180,8 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
 // The depth of a LIBXSMM tile's blocks (run in order, each added into C): k below 1024, else
 // about 256 (equal blocks), so that the panels a kernel reads across the depth stay in L2.
 std::int64_t xsmm_depth(std::int64_t k);
-// How many tiles LIBXSMM's kernels have computed, since the start; 0 without it. For tests.
+// How many tiles (a deep product's tile-and-slice tasks) LIBXSMM's kernels have computed,
+// since the start; 0 without it. For tests.
 std::uint64_t gemm_xsmm_tiles();
 
 // dst (cols x rows, row-major with row stride ld) = the transpose of src (rows x cols,

@@ -50,7 +50,8 @@ using detail::tile_into;
 // cloud VM's "Intel(R) Xeon(R) Processor" or a newer Xeon's "Gold 6430", gets haswell (AVX2),
 // half the vector width: on a Xeon (Emerald Rapids) VM BLIS's haswell kernels ran 128x784x256 at
 // 48 GFLOP/s and its skx ones at 129, in BLIS's own product. ktape then takes skx too, unless
-// the name is one of a one-unit part (one_fma_unit), where AVX-512 brings no more FMAs.
+// the name is one of a one-unit Xeon's (one_fma_unit), where AVX-512 brings no more FMAs. (A
+// client Core with AVX-512 and one unit, such as Ice Lake's, BLIS itself sends to skx.)
 struct Kernels {
   cntx_t* cntx = nullptr;  // passed to every call
   arch_t arch = BLIS_ARCH_GENERIC;
@@ -600,13 +601,12 @@ bool has_kernels() { return kernels().arch != BLIS_ARCH_GENERIC; }
 
 bool one_fma_unit(const std::string& brand) {
   if (brand.find("Xeon") == std::string::npos) return false;
-  if (brand.find("Silver") != std::string::npos || brand.find("Bronze") != std::string::npos ||
-      brand.find(" D-") != std::string::npos)
-    return true;
+  for (const char* part : {"Silver", "Bronze", " D-", " E-23", "W-2102", "W-2104"})
+    if (brand.find(part) != std::string::npos) return true;
   const std::size_t gold = brand.find("Gold ");  // Skylake and Cascade Lake Gold 51xx, 52xx
   if (gold == std::string::npos) return false;
   const int sku = std::atoi(brand.c_str() + gold + 5);
-  return sku >= 5100 && sku < 5300 && sku != 5122;
+  return sku >= 5100 && sku < 5300 && sku != 5122 && sku != 5222;
 }
 
 template <class T>

@@ -15,9 +15,9 @@ namespace ktape::kernels::blis {
 // ("skx", "skx (by ktape)").
 bool has_kernels();
 std::string kernel_name();
-// Whether an Intel brand string names a part with AVX-512 but one FMA unit (Xeon Bronze,
-// Silver, D, and Skylake / Cascade Lake Gold 51xx and 52xx but the 5122), where BLIS's haswell
-// kernels are kept.
+// Whether an Intel brand string names a Xeon with AVX-512 but one FMA unit (Bronze, Silver, D,
+// E-2300, W-2102 and W-2104, Skylake / Cascade Lake Gold 51xx and 52xx but the 5122 and 5222),
+// where BLIS's haswell kernels are kept. Other names, including any not listed, get skx.
 bool one_fma_unit(const std::string& brand);
 
 // BLIS's serial product, on the calling thread (conv tiles).
