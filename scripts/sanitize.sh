@@ -8,8 +8,8 @@
 # thread counts run again on BLIS's kernels inside ktape's blocked product (its packing is
 # instrumented; BLIS's own code is not), with the conv tests whose tiles run it serially, and
 # once more on LIBXSMM's (the default: ktape's tiles around its generated code). Line
-# tables only (stack traces keep file:line); the test code itself is built unoptimized
-# (tests/CMakeLists.txt).
+# tables only (stack traces keep file:line); the test code itself is built unoptimized, but for
+# test_gemm's oracle (tests/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SECONDS="${1:-60}"
