@@ -406,8 +406,8 @@ TEST(Gemm, XsmmTilesFeedManyCoresAndKeepTheirPanelsInL2) {
                                    " " + std::to_string(elem) +
                                    (transposed ? " B, transposed" : " B") + ": tiles " +
                                    std::to_string(t.rows) + "x" + std::to_string(t.cols);
-          // Depth slices only in a deep product: whole blocks, at least two each, none empty,
-          // their partial sums at most 4 MiB.
+          // Depth slices only in a deep product: whole blocks, at least two each but the last,
+          // none empty, their partial sums at most 4 MiB.
           const std::int64_t depth = ktape::kernels::xsmm_depth(s.k);
           const std::int64_t blocks = (s.k + depth - 1) / depth;
           const std::int64_t per = (blocks + t.chunks - 1) / t.chunks;

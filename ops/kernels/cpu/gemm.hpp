@@ -2,8 +2,9 @@
 // The serial kernels are LIBXSMM's (Debian's libxsmm-dev, built with KTAPE_XSMM) for the
 // products they take, and BLIS's (libblis-serial, KTAPE_BLIS) or Eigen's for the rest (see
 // GemmLibrary); oneTBB is the only thread pool. gemm() runs on the calling thread; parallel_gemm()
-// splits the work as gemm_tiles says. Every matrix is (pointer, row stride, column stride); one of
-// the two strides must be 1, so a transpose is a swap of strides. Internal to the cpu kernels.
+// splits the work as xsmm_tiles (LIBXSMM's) or gemm_tiles (the rest) says. Every matrix is
+// (pointer, row stride, column stride); one of the two strides must be 1, so a transpose is a swap
+// of strides. Internal to the cpu kernels.
 #pragma once
 
 #include <cstddef>
