@@ -5,10 +5,6 @@
 // the same at any thread count. Internal.
 #pragma once
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -16,6 +12,32 @@
 #include "engine/op_list.hpp"
 
 namespace ktape {
+
+namespace detail {
+
+// A non-owning reference to a callable: parallel_for and parallel_slots hand their bodies to
+// one out-of-line oneTBB loop each (engine/parallel.cpp) through it, so oneTBB's templates are
+// instantiated once and not once per kernel lambda (which cost most of the kernels' compile
+// time).
+template <class... Args>
+struct FnRef {
+  void* obj;
+  void (*call)(void*, Args...);
+
+  template <class F>
+  static FnRef of(F& f) {
+    return {const_cast<void*>(static_cast<const void*>(&f)),
+            [](void* o, Args... a) { (*static_cast<F*>(o))(a...); }};
+  }
+};
+
+// Runs f(ch * grain, min(n, (ch + 1) * grain)) for ch in [0, chunks), each chunk a task.
+void run_chunks(std::int64_t n, std::int64_t grain, std::int64_t chunks,
+                FnRef<std::int64_t, std::int64_t> f);
+// Runs f(s) for s in [0, slots), each a task.
+void run_slots(std::int64_t slots, FnRef<std::int64_t> f);
+
+}  // namespace detail
 
 // Serial cost of one task, in units of `cost_per_item`: an add of two floats costs 1 an
 // element (about 0.06 ns in cache on the development machine's core, so a task is a few
@@ -82,13 +104,7 @@ void parallel_for(std::int64_t n, double cost_per_item, F&& f, std::int64_t alig
     f(std::int64_t{0}, n);
     return;
   }
-  tbb::parallel_for(
-      tbb::blocked_range<std::int64_t>(0, chunks, 1),
-      [&](const tbb::blocked_range<std::int64_t>& r) {
-        for (std::int64_t ch = r.begin(); ch != r.end(); ++ch)
-          f(ch * grain, std::min(n, (ch + 1) * grain));
-      },
-      tbb::simple_partitioner());
+  detail::run_chunks(n, grain, chunks, detail::FnRef<std::int64_t, std::int64_t>::of(f));
 }
 
 // Kernels that need per-task scratch (conv workspaces, partial sums) split their work into a
@@ -106,12 +122,7 @@ void parallel_slots(std::int64_t slots, F&& f) {
     if (slots == 1) f(std::int64_t{0});
     return;
   }
-  tbb::parallel_for(
-      tbb::blocked_range<std::int64_t>(0, slots, 1),
-      [&](const tbb::blocked_range<std::int64_t>& r) {
-        for (std::int64_t s = r.begin(); s != r.end(); ++s) f(s);
-      },
-      tbb::simple_partitioner());
+  detail::run_slots(slots, detail::FnRef<std::int64_t>::of(f));
 }
 
 }  // namespace ktape
