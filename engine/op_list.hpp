@@ -11,7 +11,7 @@
   /* elementwise unary */                                                                   \
   X(Identity) X(StopGradient) X(PrintTensor) X(Neg) X(Square) X(Sqrt) X(Exp) X(Log) X(Abs)    \
   X(Sign) X(Round) X(Sigmoid) X(Tanh) X(Relu) X(ReluGrad) X(Clip) X(ClipGrad) X(Pow) X(Cast)  \
-  X(Sin) X(Cos) X(Softplus)                                                                 \
+  X(Sin) X(Cos) X(Softplus) X(SigmoidGrad) X(TanhGrad)                                      \
   /* elementwise binary (numpy broadcasting) and select */                                  \
   X(Add) X(Sub) X(Mul) X(Div) X(Maximum) X(Minimum) X(Equal) X(NotEqual) X(Greater)          \
   X(GreaterEqual) X(Less) X(LessEqual) X(Select) X(AddN)                                    \

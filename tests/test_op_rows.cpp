@@ -387,6 +387,8 @@ void collect(const std::vector<Tensor>& roots, std::set<ktape::Op>& kinds) {
 const std::set<ktape::Op>& gradient_only_kinds() {
   static const std::set<ktape::Op> kinds = {
       ktape::Op::ReluGrad,            // relu's gradient
+      ktape::Op::SigmoidGrad,         // sigmoid's gradient
+      ktape::Op::TanhGrad,            // tanh's gradient
       ktape::Op::ClipGrad,            // clip's gradient
       ktape::Op::SumToLike,           // the gradient of a broadcast operand
       ktape::Op::BroadcastToLike,     // the gradient of sum / mean / max / min

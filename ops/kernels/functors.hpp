@@ -206,6 +206,27 @@ struct ReluGradF {
   }
 };
 
+// TF's SigmoidGrad(y, g): g * y * (1 - y), left to right, and TanhGrad(y, g): g * (1 - y * y).
+// T is the stored type: in half (computed in float) every step is rounded to half, as Eigen's
+// half arithmetic in TF's kernels rounds each.
+template <class T>
+struct SigmoidGradF {
+  template <class C>
+  C operator()(C y, C g) const {
+    return static_cast<C>(static_cast<T>(static_cast<C>(static_cast<T>(g * y)) *
+                                         static_cast<C>(static_cast<T>(C(1) - y))));
+  }
+};
+template <class T>
+struct TanhGradF {
+  template <class C>
+  C operator()(C y, C g) const {
+    const C one_minus =
+        static_cast<C>(static_cast<T>(C(1) - static_cast<C>(static_cast<T>(y * y))));
+    return static_cast<C>(static_cast<T>(g * one_minus));
+  }
+};
+
 struct AddF {
   template <class C>
   C operator()(C a, C b) const {

@@ -317,6 +317,8 @@ void register_float(Backend& b) {
   b.set(Op::Softplus, dt, &functor_kernel<T, SoftplusF, Op::Softplus>);
   b.set(Op::Relu, dt, &relu_kernel<T>);
   b.set(Op::ReluGrad, dt, &relu_grad_kernel<T>);
+  b.set(Op::SigmoidGrad, dt, &binary_kernel<T, SigmoidGradF<T>>);
+  b.set(Op::TanhGrad, dt, &binary_kernel<T, TanhGradF<T>>);
   b.set(Op::Clip, dt, &clip_kernel<T>);
   b.set(Op::ClipGrad, dt, &clip_grad_kernel<T>);
   b.set(Op::Select, dt, &select_kernel<T>);

@@ -163,6 +163,8 @@ KTAPE_WRAP(KCos, (unary_kernel<T, CosF>(c)))
 KTAPE_WRAP(KSoftplus, (unary_kernel<T, SoftplusF>(c)))
 KTAPE_WRAP(KRelu, (relu_kernel<T>(c)))
 KTAPE_WRAP(KReluGrad, (relu_grad_kernel<T>(c)))
+KTAPE_WRAP(KSigmoidGrad, (arith_kernel<T, SigmoidGradF<T>>(c)))
+KTAPE_WRAP(KTanhGrad, (arith_kernel<T, TanhGradF<T>>(c)))
 KTAPE_WRAP(KClip, (clip_kernel<T>(c)))
 KTAPE_WRAP(KClipGrad, (clip_grad_kernel<T>(c)))
 KTAPE_WRAP(KPow, (pow_kernel<T>(c)))
@@ -203,6 +205,8 @@ void register_reference_elementwise(Backend& b) {
   reg<KSoftplus>(b, Op::Softplus, Floats{});
   reg<KRelu>(b, Op::Relu, Floats{});
   reg<KReluGrad>(b, Op::ReluGrad, Floats{});
+  reg<KSigmoidGrad>(b, Op::SigmoidGrad, Floats{});
+  reg<KTanhGrad>(b, Op::TanhGrad, Floats{});
   reg<KClip>(b, Op::Clip, Numeric{});
   reg<KClipGrad>(b, Op::ClipGrad, Floats{});
   reg<KPow>(b, Op::Pow, Floats{});
