@@ -85,6 +85,15 @@ std::vector<Tensor> gradients(const std::vector<Tensor>& ys_in, const std::vecto
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (!xs[i].defined())
       throw ValueError("K::gradients: variables[" + std::to_string(i) + "] is a null tensor");
+  // As tf.gradients: a seed of another dtype than its y is a TypeError (a gradient op reads its
+  // operands as the first one's dtype).
+  for (std::size_t i = 0; i < ys_in.size(); ++i)
+    if (grad_ys[i].defined() && is_floating(ys_in[i].dtype()) &&
+        grad_ys[i].dtype() != ys_in[i].dtype())
+      throw TypeError("K::gradients: grad_ys[" + std::to_string(i) + "] is " +
+                      std::string(dtype_name(grad_ys[i].dtype())) + " but ys[" + std::to_string(i) +
+                      "] is " + std::string(dtype_name(ys_in[i].dtype())) +
+                      "; they must have the same dtype");
   std::vector<Tensor> result(xs.size());
   std::vector<Tensor> ys, seeds;
   for (std::size_t i = 0; i < ys_in.size(); ++i)

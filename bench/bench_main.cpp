@@ -51,6 +51,7 @@
 
 #include "bench/bench_util.hpp"
 #include "engine/backend.hpp"
+#include "engine/graph.hpp"
 #include "ktape/ktape.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
 
@@ -359,10 +360,20 @@ void BM_ElementCost(benchmark::State& state) {
   const auto x = K::placeholder({K::None});
   const auto y = K::placeholder({K::None});
   const std::vector<std::pair<const char*, ktape::Tensor>> ops = {
-      {"add", x + y},          {"mul", x * y},       {"exp", K::exp(x)},
-      {"log", K::log(x)},      {"tanh", K::tanh(x)}, {"sigmoid", K::sigmoid(x)},
-      {"sqrt", K::sqrt(x)},    {"sin", K::sin(x)},   {"softplus", K::softplus(x)},
-      {"pow", K::pow(x, 1.7)}, {"relu", K::relu(x)}, {"abs", K::abs(x)}};
+      {"add", x + y},
+      {"mul", x * y},
+      {"exp", K::exp(x)},
+      {"log", K::log(x)},
+      {"tanh", K::tanh(x)},
+      {"sigmoid", K::sigmoid(x)},
+      {"sqrt", K::sqrt(x)},
+      {"sin", K::sin(x)},
+      {"softplus", K::softplus(x)},
+      {"pow", K::pow(x, 1.7)},
+      {"relu", K::relu(x)},
+      {"abs", K::abs(x)},
+      {"sigmoid_grad", ktape::make_node(ktape::Op::SigmoidGrad, {x, y}, {}, DType::float32)},
+      {"tanh_grad", ktape::make_node(ktape::Op::TanhGrad, {x, y}, {}, DType::float32)}};
   const auto& [name, out] = ops[static_cast<std::size_t>(state.range(0))];
   const auto f = K::function({x, y}, {out}, {}, {.fuse = false});
   const std::vector<NDArray> ins = {NDArray::full(Shape{n}, 0.75), NDArray::full(Shape{n}, 0.5)};
@@ -373,7 +384,7 @@ void BM_ElementCost(benchmark::State& state) {
   state.SetLabel(name);
 }
 BENCHMARK(BM_ElementCost)
-    ->DenseRange(0, 11)
+    ->DenseRange(0, 13)
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 

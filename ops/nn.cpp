@@ -50,7 +50,7 @@ G relu_grad_grad(const Node& n, const Tensor&, const Tensor& gg) {
   return {Tensor(), make_node(Op::ReluGrad, {n.inputs[0], gg}, std::move(at), gg.dtype())};
 }
 // Sigmoid's and tanh's gradients read their output, as TF's do, and are one op each, TF's
-// SigmoidGrad(y, g) = g * y * (1 - y) and TanhGrad(y, g) = g * (1 - y * y): in an LSTM's reverse
+// SigmoidGrad(y, g) = g * (y * (1 - y)) and TanhGrad(y, g) = g * (1 - y * y): in an LSTM's reverse
 // step that is five instructions of the fused pass instead of fifteen.
 G sigmoid_grad(const Node&, const Tensor& y, const Tensor& g) {
   return {make_node(Op::SigmoidGrad, {y, g}, {}, g.dtype())};

@@ -148,6 +148,29 @@ TEST(GradientSemantics, NonScalarLossIsSummed) {
   EXPECT_TRUE(Close(K::eval(K::gradients(x + b, {b})[0]), {2, 2}));
 }
 
+// A seed (grad_ys) of another dtype than its y is a TypeError, as in tf.gradients: the gradient
+// ops would read one operand as the other's dtype (out of bounds for float32 read as float64).
+TEST(GradientSemantics, SeedOfAnotherDtypeIsATypeError) {
+  const Tensor x = K::variable(f64({0.5, -1}, {2}), {.dtype = "float64"});
+  const Tensor seed32 = K::constant(1.0, {.dtype = "float32", .shape = Shape{2}});
+  for (const Tensor& y : {K::sigmoid(x), K::tanh(x), K::relu(x)}) {
+    try {
+      K::gradients({y}, {x}, {seed32});
+      ADD_FAILURE() << "no error";
+    } catch (const ktape::TypeError& e) {
+      EXPECT_NE(
+          std::string(e.what()).find("K::gradients: grad_ys[0] is float32 but ys[0] is float64"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  // The same dtype is fine: d sigmoid(x) = s (1 - s) times the seed 2.
+  const Tensor seed64 = K::constant(2.0, {.dtype = "float64", .shape = Shape{2}});
+  const NDArray g = K::eval(K::gradients({K::sigmoid(x)}, {x}, {seed64})[0]);
+  const double s0 = 1 / (1 + std::exp(-0.5)), s1 = 1 / (1 + std::exp(1.0));
+  EXPECT_TRUE(Close(g, {2 * s0 * (1 - s0), 2 * s1 * (1 - s1)}));
+}
+
 TEST(GradientSemantics, KinksFollowTensorFlow) {
   // sqrt(x) = sqrt(clip(x, 0, inf)): at negative x the gradient is 0 (clip), not NaN.
   // d/dx sqrt(4) = 1 / (2 * 2) = 0.25

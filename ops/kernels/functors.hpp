@@ -206,15 +206,16 @@ struct ReluGradF {
   }
 };
 
-// TF's SigmoidGrad(y, g): g * y * (1 - y), left to right, and TanhGrad(y, g): g * (1 - y * y).
-// T is the stored type: in half (computed in float) every step is rounded to half, as Eigen's
-// half arithmetic in TF's kernels rounds each.
+// TF's SigmoidGrad(y, g): g * (y * (1 - y)), and TanhGrad(y, g): g * (1 - y * y), in that order
+// (the order of TF's vectorized path, which computes all but a tail of a float array). T is the
+// stored type: in half (computed in float) every step is rounded to half, as TF's half packets
+// round each.
 template <class T>
 struct SigmoidGradF {
   template <class C>
   C operator()(C y, C g) const {
-    return static_cast<C>(static_cast<T>(static_cast<C>(static_cast<T>(g * y)) *
-                                         static_cast<C>(static_cast<T>(C(1) - y))));
+    const C one_minus = static_cast<C>(static_cast<T>(C(1) - y));
+    return static_cast<C>(static_cast<T>(g * static_cast<C>(static_cast<T>(y * one_minus))));
   }
 };
 template <class T>
