@@ -47,9 +47,8 @@ inline constexpr double kTaskWork = 40000.0;
 // The serial cost of one element of an elementwise op's cpu kernel, in those units: what
 // BM_ElementCost measures on floats, rounded, against an add (cos is taken as sin's; clip and
 // relu with options as 1, plain relu's 0.7 rounded: not measured apart; SigmoidGrad and
-// TanhGrad measure as an add). The kernels split their
-// loops by it, and a fused pass costs the sum of its members' (a transcendental is several adds'
-// worth, a libm call dozens).
+// TanhGrad measure as an add). The kernels split their loops by it, and a fused pass costs the
+// sum of its members' (a transcendental is several adds' worth, a libm call dozens).
 constexpr double elem_cost(Op op) {
   switch (op) {
     case Op::Exp:
