@@ -171,6 +171,33 @@ TEST(GradientSemantics, SeedOfAnotherDtypeIsATypeError) {
   EXPECT_TRUE(Close(g, {2 * s0 * (1 - s0), 2 * s1 * (1 - s1)}));
 }
 
+// In half, sigmoid's and tanh's gradients (SigmoidGrad, TanhGrad) round every step to half, as
+// TF's half packets do: g * (y * (1 - y)) and g * (1 - y * y), each product and difference
+// rounded, computed here in float from the forward's y.
+TEST(GradientSemantics, HalfGradientsRoundEveryStep) {
+  const std::vector<double> xs = {-3.1, -0.7, 0.05, 0.9, 2.3, 4.7, -1.9, 0.33};
+  const std::vector<double> gs = {0.3, -1.7, 2.9, 0.11, -0.6, 1.3, 3.7, -2.2};
+  const Shape shape{8};
+  const Tensor x =
+      K::variable(NDArray::from_values(xs, shape, ktape::DType::float16), {.dtype = "float16"});
+  const Tensor g =
+      K::constant(NDArray::from_values(gs, shape, ktape::DType::float16), {.dtype = "float16"});
+  auto h = [](float v) { return static_cast<float>(ktape::Half(v)); };
+  for (const bool sigmoid : {true, false}) {
+    const Tensor y = sigmoid ? K::sigmoid(x) : K::tanh(x);
+    const NDArray yv = K::eval(y);
+    const NDArray dx = K::eval(K::gradients({y}, {x}, {g})[0]);
+    ASSERT_EQ(dx.dtype(), ktape::DType::float16);
+    for (std::int64_t i = 0; i < 8; ++i) {
+      const float yi = static_cast<float>(yv.item(i));
+      const float gi = h(static_cast<float>(gs[static_cast<std::size_t>(i)]));
+      const float want = sigmoid ? h(gi * h(yi * h(1.0f - yi))) : h(gi * h(1.0f - h(yi * yi)));
+      EXPECT_EQ(static_cast<float>(dx.item(i)), want)
+          << (sigmoid ? "sigmoid" : "tanh") << " at x = " << xs[static_cast<std::size_t>(i)];
+    }
+  }
+}
+
 TEST(GradientSemantics, KinksFollowTensorFlow) {
   // sqrt(x) = sqrt(clip(x, 0, inf)): at negative x the gradient is 0 (clip), not NaN.
   // d/dx sqrt(4) = 1 / (2 * 2) = 0.25
