@@ -74,6 +74,14 @@ std::vector<OpRow> nn_rows() {
        {g.away(s34, -2, 2, {0.3, 1.0})})
       .second_order()
       .formula([](const In& in) { return naive::mul(relu_ref(in[0], 0.2, 1.0, 0.3), in[0]); });
+  // sigmoid(x) * x and tanh(x) * x: the incoming gradient of SigmoidGrad / TanhGrad (x) depends
+  // on x, so the second order differentiates them w.r.t. it too, not only w.r.t. y.
+  t.op("sigmoid_times_x", [](const V& x) { return K::sigmoid(x[0]) * x[0]; }, {g.normal(s34, 2)})
+      .second_order()
+      .formula([](const In& in) { return naive::mul(naive::sigmoid(in[0]), in[0]); });
+  t.op("tanh_times_x", [](const V& x) { return K::tanh(x[0]) * x[0]; }, {g.normal(s34)})
+      .second_order()
+      .formula([](const In& in) { return naive::mul(naive::tanh(in[0]), in[0]); });
   t.op("sigmoid", [](const V& x) { return K::sigmoid(x[0]); }, {g.normal(s34, 2)})
       .second_order()
       .formula([](const In& in) { return naive::sigmoid(in[0]); });
