@@ -4,10 +4,11 @@
 # seed corpus, all targets at once. One clang build tree, build-asan/, serves both. Called by
 # scripts/test.sh; `bash scripts/sanitize.sh 600` fuzzes longer. The suite runs on Eigen's GEMM
 # (KTAPE_GEMM=eigen): Eigen is header code, so every GEMM's extents and strides are checked by
-# the instrumentation end to end; then the tests of the GEMM, the products, the loops and the
-# thread counts run again on BLIS's kernels inside ktape's blocked product (its packing is
-# instrumented; BLIS's own code is not), with the conv tests whose tiles run it serially, and
-# once more on LIBXSMM's (the default: ktape's tiles around its generated code). Line
+# the instrumentation end to end (test_gemm's tests run every library in that run); then the
+# tests of the products, the loops and the models at several thread counts run again on BLIS's
+# kernels inside ktape's blocked product (its packing is instrumented; BLIS's own code is not),
+# with the conv tests whose tiles run it serially, and once more on LIBXSMM's (the default:
+# ktape's tiles around its generated code). Line
 # tables only (stack traces keep file:line); the test code itself is built unoptimized, but for
 # test_gemm's oracle (tests/CMakeLists.txt).
 set -euo pipefail
@@ -27,7 +28,9 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 # what they execute (conv, pooling, optimizers, checkpoints) runs here in the shorter tests.
 (cd build-asan && KTAPE_GEMM=eigen ctest --output-on-failure -j2 \
   -E 'CnnEndToEnd\.LossFallsInOneEpochOn2000Samples|CnnEndToEnd\.CheckpointResumesExactly|EndToEnd\.(Adam|Sgd)LearnsFashionMnist')
-products='^(Gemm\.|Function\.(WeightGradientsSharing|AProductThatReads)|Threads\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/.*(dot|matmul)|Indexing/.*batch_dot|Conv(Tiling|Forward|Grad)\.)'
+# The op rows are one ctest test per family and check: Layout's and Indexing's hold the dot,
+# matmul and batch_dot rows.
+products='^(Function\.(WeightGradientsSharing|AProductThatReads)|Models/SameBits\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/|Indexing/|Conv(Tiling|Forward|Grad)\.)'
 (cd build-asan && KTAPE_GEMM=blis ctest --output-on-failure -j2 -R "$products")
 if grep -qw avx2 /proc/cpuinfo; then  # LIBXSMM's kernels need AVX2 (else the default is BLIS)
   (cd build-asan && KTAPE_GEMM=xsmm ctest --output-on-failure -j2 -R "$products")
