@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ libeigen3-dev libtbb-dev nlohmann-json3-dev libspdlog-dev libgtest-dev
       libbenchmark-dev zlib1g-dev libcli11-dev libblis-serial-dev libxsmm-dev doxygen dataset-fashion-mnist
-      libopenmpi-dev openmpi-bin)
+      libopenmpi-dev openmpi-bin lld)
 if [ "${1:-}" = "--sanitizers" ]; then
   pkgs+=(clang libclang-rt-14-dev)
 fi
