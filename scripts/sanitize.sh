@@ -29,8 +29,8 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 (cd build-asan && KTAPE_GEMM=eigen ctest --output-on-failure -j2 \
   -E 'CnnEndToEnd\.LossFallsInOneEpochOn2000Samples|CnnEndToEnd\.CheckpointResumesExactly|EndToEnd\.(Adam|Sgd)LearnsFashionMnist')
 # The op rows are one ctest test per family and check: Layout's and Indexing's hold the dot,
-# matmul and batch_dot rows.
-products='^(Function\.(WeightGradientsSharing|AProductThatReads)|Models/SameBits\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/|Indexing/|Conv(Tiling|Forward|Grad)\.)'
+# matmul and batch_dot rows, Nn's dense layers, Conv's the convolutions' tiled products.
+products='^(Function\.(WeightGradientsSharing|AProductThatReads)|Models/SameBits\.|Rnn[A-Za-z]*\.|Cells|Loops/|Layout/|Indexing/|Nn/|Conv/|Conv(Tiling|Forward|Grad)\.)'
 (cd build-asan && KTAPE_GEMM=blis ctest --output-on-failure -j2 -R "$products")
 if grep -qw avx2 /proc/cpuinfo; then  # LIBXSMM's kernels need AVX2 (else the default is BLIS)
   (cd build-asan && KTAPE_GEMM=xsmm ctest --output-on-failure -j2 -R "$products")

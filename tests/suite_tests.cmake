@@ -19,6 +19,9 @@ foreach(line IN LISTS lines)
     if(suite MATCHES "^DISABLED_")
       continue()
     endif()
+    if(NOT suite MATCHES "^[A-Za-z0-9_/]+$")
+      message(FATAL_ERROR "${TEST_EXECUTABLE}: cannot name a ctest test after suite '${suite}'")
+    endif()
     string(APPEND out
       "add_test([==[${suite}]==] [==[${TEST_EXECUTABLE}]==] [==[--gtest_filter=${suite}.*]==])\n"
       "set_tests_properties([==[${suite}]==] PROPERTIES WORKING_DIRECTORY "

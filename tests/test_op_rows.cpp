@@ -45,8 +45,8 @@ std::vector<const OpRow*> all_rows() {
   return r;
 }
 
-// The test parameter: a row by reference (the rows live as long as the program, and each of the
-// thousand test processes would otherwise copy every row once per suite).
+// The test parameter: a row by reference (the rows live as long as the program, and each test
+// process would otherwise copy every row once per suite).
 struct RowRef {
   const OpRow* row;
   const OpRow& operator*() const { return *row; }
