@@ -73,20 +73,31 @@ void flatten_sparse(std::size_t i, const Node& sp, const SparseValue& v,
   NDArray idx(Shape{cap, rank}, DType::int64);
   std::int64_t* pi = idx.data<std::int64_t>();
   for (std::int64_t k = nnz; k < cap; ++k) pi[k * rank] = -1;
-  for (std::int64_t k = 0; k < nnz; ++k) {
-    for (int d = 0; d < rank; ++d) {
-      const std::int64_t at = k * rank + d;
-      const std::int64_t x = v.indices.dtype() == DType::int64 ? v.indices.data<std::int64_t>()[at]
-                                                               : v.indices.data<std::int32_t>()[at];
-      if (x < 0 || x >= ds[d]) {
-        std::vector<std::int64_t> row;
-        for (int e = 0; e < rank; ++e)
-          row.push_back(static_cast<std::int64_t>(v.indices.item(k * rank + e)));
-        fail("indices[" + std::to_string(k) + "] = " + shape_str(row) +
-             " is out of range for dense_shape " + ds.str());
-      }
+  // Copied and checked in a tight loop (data<T>() checks the dtype on every call; the message
+  // is built after it, for the first entry out of range).
+  const std::int64_t* i64 =
+      v.indices.dtype() == DType::int64 ? v.indices.data<std::int64_t>() : nullptr;
+  const std::int32_t* i32 = i64 ? nullptr : v.indices.data<std::int32_t>();
+  const std::vector<std::int64_t> dims(ds.begin(), ds.end());
+  std::int64_t bad = -1;
+  for (std::int64_t k = 0, at = 0; k < nnz; ++k) {
+    bool ok = true;
+    for (int d = 0; d < rank; ++d, ++at) {
+      const std::int64_t x = i64 ? i64[at] : i32[at];
+      ok = ok & (x >= 0) & (x < dims[static_cast<std::size_t>(d)]);
       pi[at] = x;
     }
+    if (!ok) {
+      bad = k;
+      break;
+    }
+  }
+  if (bad >= 0) {
+    std::vector<std::int64_t> row;
+    for (int e = 0; e < rank; ++e)
+      row.push_back(static_cast<std::int64_t>(v.indices.item(bad * rank + e)));
+    fail("indices[" + std::to_string(bad) + "] = " + shape_str(row) +
+         " is out of range for dense_shape " + ds.str());
   }
   NDArray vals(Shape{cap}, sp.dtype);
   if (nnz > 0) std::memcpy(vals.raw_data(), v.values.raw_data(), v.values.nbytes());

@@ -2,7 +2,8 @@
 // loops on the cpu backend: the gradient of a sum (BroadcastToLike), Reverse and Pad, CTC, the
 // random ops, an embedding's lookup and gradient (Gather, GatherGrad), and slices,
 // concatenations and fills (Slice, SlicePad, Concat, ConcatPart, FillLike), arg ops, running
-// sums and products, one_hot and casts (ArgMax, ArgMin, Cumsum, Cumprod, OneHot, Cast). Each
+// sums and products, one_hot and casts (ArgMax, ArgMin, Cumsum, Cumprod, OneHot, Cast), the
+// sparse ops (SparseToDense, SparseGather, SparseConcatIndices, DenseIndices). Each
 // gives the reference's bits (or, for CTC, the same bits) at 1, 2 and 16 threads, in arenas of
 // that many slots (tests/thread_util.hpp).
 #include <gtest/gtest.h>
@@ -15,7 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/graph.hpp"
 #include "ktape/ktape.hpp"
+#include "ops/op_util.hpp"
 #include "test_util.hpp"
 #include "thread_util.hpp"
 
@@ -640,4 +643,115 @@ TEST(Threads, LinesOneHotAndCastsAsRanges) {
     bad += out[0].item(r) != static_cast<double>(best);
   }
   EXPECT_EQ(bad, 0);
+}
+
+// Sparse tensors on the cpu backend (ops/kernels/cpu/sparse.cpp). to_dense of fed values in
+// row-major order with repeated positions (runs across the bounds of the kernel's slots, one run
+// longer than a slot, padding at the end), of the same entries shuffled (added serially), and of
+// int32 values; concatenations (along rows: still in order, padding in the middle; along columns:
+// out of order); ctc_label_dense_to_sparse (every position, padding past each length) and the
+// gradient of its values. The reference's bits at 1, 2 and 16 threads, and the ordered float32
+// one against a plain loop adding the entries in order. An index out of range computed in the
+// graph names the first bad entry at any thread count.
+TEST(Threads, SparseOpsAsTasks) {
+  const std::int64_t rows = 1000, cols = 300;
+  std::vector<std::int64_t> pos;  // never going down
+  for (std::int64_t e = 0, p = 0; p < rows * cols; ++e) {
+    if (e == 50000) pos.insert(pos.end(), 30000, p);  // a slot is about 2,500 entries
+    pos.push_back(p);
+    p += (e * 7919) % 7 == 0 ? 0 : 1 + (e * 31) % 5;
+  }
+  const auto nnz = static_cast<std::int64_t>(pos.size());
+  std::vector<std::int64_t> idx, shuffled_idx;
+  std::vector<double> val, shuffled_val, ival;
+  for (std::int64_t e = 0; e < nnz; ++e) {
+    const std::int64_t p = pos[static_cast<std::size_t>(e)];
+    idx.insert(idx.end(), {p / cols, p % cols});
+    val.push_back(std::sin(0.37 * static_cast<double>(e)) * (e % 3 == 0 ? 1e4 : 1e-2));
+    ival.push_back(static_cast<double>((e * 2654435761LL) % 2001 - 1000));
+  }
+  std::vector<std::int64_t> order(static_cast<std::size_t>(nnz));
+  for (std::int64_t e = 0; e < nnz; ++e) order[static_cast<std::size_t>(e)] = (e * 7919) % nnz;
+  for (std::int64_t e : order) {  // 7919 is prime and does not divide nnz: a permutation
+    shuffled_idx.insert(shuffled_idx.end(), {idx[static_cast<std::size_t>(2 * e)],
+                                             idx[static_cast<std::size_t>(2 * e + 1)]});
+    shuffled_val.push_back(val[static_cast<std::size_t>(e)]);
+  }
+  ASSERT_NE(nnz % 7919, 0);
+  auto i64 = [](const std::vector<std::int64_t>& v, const Shape& s) {
+    return NDArray::from_vector<std::int64_t>(v, s);
+  };
+  const ktape::SparseValue ordered{
+      i64(idx, {nnz, 2}), NDArray::from_values(val, {nnz}, DType::float32), Shape{rows, cols}};
+  const ktape::SparseValue shuffled{i64(shuffled_idx, {nnz, 2}),
+                                    NDArray::from_values(shuffled_val, {nnz}, DType::float32),
+                                    Shape{rows, cols}};
+  const ktape::SparseValue ints{i64(idx, {nnz, 2}), NDArray::from_values(ival, {nnz}, DType::int32),
+                                Shape{rows, cols}};
+  const NDArray labels = pattern(Shape{4000, 64});
+  NDArray lengths(Shape{4000}, DType::int32);
+  for (std::int64_t i = 0; i < 4000; ++i)
+    lengths.set_item(i, static_cast<double>((i * 37) % 70 - 3));
+  const NDArray w = pattern(Shape{4000, 64}, 0.5);
+  auto run = [&](const std::string& backend, int threads) {
+    return in_arena(threads, [&] {
+      auto xs = K::placeholder({rows, cols}, {.sparse = true});
+      auto xu = K::placeholder({rows, cols}, {.sparse = true});
+      auto xi = K::placeholder({rows, cols}, {.dtype = "int32", .sparse = true});
+      auto lab = K::placeholder({4000, 64});
+      auto len = K::placeholder({4000}, {.dtype = "int32"});
+      auto wp = K::placeholder({4000, 64});
+      auto d = K::to_dense(K::ctc_label_dense_to_sparse(lab, len));
+      std::vector<Tensor> outs{K::to_dense(xs),
+                               K::to_dense(xu),
+                               K::to_dense(xi),
+                               K::to_dense(K::concatenate({xs, xs}, 0)),
+                               K::to_dense(K::concatenate({xs, xu}, 1)),
+                               d,
+                               K::gradients(K::sum(d * wp), {lab})[0]};
+      return K::function({xs, xu, xi, lab, len, wp}, outs, {}, {.backend = backend})(
+          std::vector<ktape::Feed>{ordered, shuffled, ints, labels, lengths, w});
+    });
+  };
+  const auto ref = expect_reference_bits(run, {1, 2, 16}, "sparse ops");
+  // The ordered float32 one by its definition: zeros, then each entry added in order.
+  std::vector<float> want(static_cast<std::size_t>(rows * cols), 0.0f);
+  for (std::int64_t e = 0; e < nnz; ++e)
+    want[static_cast<std::size_t>(pos[static_cast<std::size_t>(e)])] +=
+        static_cast<float>(val[static_cast<std::size_t>(e)]);
+  const NDArray cpu = run("cpu", 2)[0];
+  EXPECT_EQ(0, std::memcmp(cpu.raw_data(), want.data(), want.size() * sizeof(float)));
+  ASSERT_EQ(ref.size(), 7u);
+  // Row 5 has length 185 % 70 - 3 = 42: the gradient is w inside it, 0 past it.
+  EXPECT_EQ(ref[6].item(5 * 64 + 41), w.item(5 * 64 + 41));
+  EXPECT_EQ(ref[6].item(5 * 64 + 42), 0.0);
+
+  // Indices computed in the graph, out of range at entries 5,000 and 150,000.
+  std::vector<std::int64_t> bad = idx;
+  bad[2 * 5000 + 1] = cols;
+  bad[2 * 150000] = rows + 4;
+  for (int threads : {1, 2, 16})
+    for (const char* backend : {"cpu", "reference"}) {
+      SCOPED_TRACE(std::string(backend) + " at " + std::to_string(threads) + " threads");
+      std::string dense_err, gather_err;
+      in_arena(threads, [&] {
+        auto v = K::placeholder({nnz});
+        auto sp = ktape::ops::sparse_from_parts(
+            K::constant(i64(bad, {nnz, 2}), {.dtype = "int64"}), v,
+            ktape::make_node(ktape::Op::ShapeCarrier,
+                             {K::constant(0.0, {.shape = Shape{rows, cols}})}, {}, DType::float32));
+        const NDArray vv = NDArray::from_values(val, {nnz}, DType::float32);
+        auto wd = K::placeholder({rows, cols});
+        dense_err = ktape::testing_util::error_of<ktape::ValueError>(
+            [&] { K::function({v}, {K::to_dense(sp)}, {}, {.backend = backend})({vv}); });
+        gather_err = ktape::testing_util::error_of<ktape::ValueError>([&] {
+          K::function({v, wd}, {K::gradients(K::sum(K::to_dense(sp) * wd), {v})[0]}, {},
+                      {.backend = backend})({vv, NDArray::full(Shape{rows, cols}, 1.0)});
+        });
+        return std::vector<NDArray>{};
+      });
+      EXPECT_HAS(dense_err, "K::to_dense: index 300 of entry 5000 (dim 1) is out of range");
+      EXPECT_HAS(gather_err,
+                 "K::gradients (sparse): index 300 of entry 5000 (dim 1) is out of range");
+    }
 }

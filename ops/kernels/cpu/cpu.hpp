@@ -16,6 +16,7 @@ void register_cpu_conv(Backend& b);
 void register_cpu_pool(Backend& b);
 void register_cpu_nn(Backend& b);
 void register_cpu_ctc(Backend& b);  // ops/kernels/ctc.cpp
+void register_cpu_sparse(Backend& b);
 
 // Sets op's kernel, for every dtype the backend already has one for, to pick(es): the kernel
 // for elements of es bytes (std::integral_constant<std::size_t, 1, 2, 4 or 8>), for kernels that

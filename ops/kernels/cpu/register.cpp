@@ -18,6 +18,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::register_cpu_pool(b);
   kernels::register_cpu_nn(b);
   kernels::register_cpu_ctc(b);
+  kernels::register_cpu_sparse(b);
 }
 
 }  // namespace ktape

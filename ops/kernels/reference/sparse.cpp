@@ -1,5 +1,5 @@
-// Reference kernels of the sparse ops (ops/sparse.cpp); the cpu backend overrides
-// SparseDenseMatMul only.
+// Reference kernels of the sparse ops (ops/sparse.cpp), serial; the cpu backend's split over
+// threads (ops/kernels/cpu/sparse.cpp, and SparseDenseMatMul in ops/kernels/cpu/matmul.cpp).
 // SparseTensor, SparseToDense(indices, values, carrier): the dense value, entries summed.
 // SparseConcatIndices(indices_0..n-1, carrier_0..n-1) attrs {axis}: the indices of the parts,
 // stacked, each shifted along `axis` by the dims of the parts before it (padding stays padding).
