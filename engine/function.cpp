@@ -75,19 +75,19 @@ void flatten_sparse(std::size_t i, const Node& sp, const SparseValue& v,
   for (std::int64_t k = nnz; k < cap; ++k) pi[k * rank] = -1;
   // Copied and checked in a tight loop (data<T>() checks the dtype on every call; the message
   // is built after it, for the first entry out of range).
-  const std::int64_t* i64 =
-      v.indices.dtype() == DType::int64 ? v.indices.data<std::int64_t>() : nullptr;
-  const std::int32_t* i32 = i64 ? nullptr : v.indices.data<std::int32_t>();
+  const bool wide = v.indices.dtype() == DType::int64;
+  const std::int64_t* i64 = wide ? v.indices.data<std::int64_t>() : nullptr;
+  const std::int32_t* i32 = wide ? nullptr : v.indices.data<std::int32_t>();
   const std::vector<std::int64_t> dims(ds.begin(), ds.end());
   std::int64_t bad = -1;
   for (std::int64_t k = 0, at = 0; k < nnz; ++k) {
-    bool ok = true;
+    bool inside = true;
     for (int d = 0; d < rank; ++d, ++at) {
-      const std::int64_t x = i64 ? i64[at] : i32[at];
-      ok = ok & (x >= 0) & (x < dims[static_cast<std::size_t>(d)]);
+      const std::int64_t x = wide ? i64[at] : i32[at];
+      inside = inside & (x >= 0) & (x < dims[static_cast<std::size_t>(d)]);
       pi[at] = x;
     }
-    if (!ok) {
+    if (!inside) {
       bad = k;
       break;
     }

@@ -670,6 +670,8 @@ TEST(Threads, SparseOpsAsTasks) {
     val.push_back(std::sin(0.37 * static_cast<double>(e)) * (e % 3 == 0 ? 1e4 : 1e-2));
     ival.push_back(static_cast<double>((e * 2654435761LL) % 2001 - 1000));
   }
+  ASSERT_NE(nnz % 7919, 0);
+  ASSERT_GT(nnz, 100000);
   std::vector<std::int64_t> order(static_cast<std::size_t>(nnz));
   for (std::int64_t e = 0; e < nnz; ++e) order[static_cast<std::size_t>(e)] = (e * 7919) % nnz;
   for (std::int64_t e : order) {  // 7919 is prime and does not divide nnz: a permutation
@@ -677,7 +679,6 @@ TEST(Threads, SparseOpsAsTasks) {
                                              idx[static_cast<std::size_t>(2 * e + 1)]});
     shuffled_val.push_back(val[static_cast<std::size_t>(e)]);
   }
-  ASSERT_NE(nnz % 7919, 0);
   auto i64 = [](const std::vector<std::int64_t>& v, const Shape& s) {
     return NDArray::from_vector<std::int64_t>(v, s);
   };
@@ -693,6 +694,26 @@ TEST(Threads, SparseOpsAsTasks) {
   for (std::int64_t i = 0; i < 4000; ++i)
     lengths.set_item(i, static_cast<double>((i * 37) % 70 - 3));
   const NDArray w = pattern(Shape{4000, 64}, 0.5);
+  // Indices from the graph with padding inside a run: 20,000 entries (8 slots of 2,500), in order
+  // with runs of 3, entries 5,000-9,999 padding (slots 2 and 3 of padding alone), and entries
+  // 4,998-4,999 and 10,000-10,100 at one position.
+  const std::int64_t gap_n = 20000;
+  std::vector<std::int64_t> gap_idx;
+  std::vector<double> gap_val;
+  for (std::int64_t e = 0, p = 0; e < gap_n; ++e) {
+    if (e >= 5000 && e < 10000) {
+      gap_idx.insert(gap_idx.end(), {-1, 0});
+    } else {
+      gap_idx.insert(gap_idx.end(), {p / cols, p % cols});
+      if (e % 3 == 2 && (e < 4999 || e >= 10100)) ++p;
+    }
+    gap_val.push_back(std::sin(0.11 * static_cast<double>(e)) * (e % 2 != 0 ? 1e3 : 1e-3));
+  }
+  const NDArray gap_values = NDArray::from_values(gap_val, {gap_n}, DType::float32);
+  auto carrier = [&] {
+    return ktape::make_node(ktape::Op::ShapeCarrier,
+                            {K::constant(0.0, {.shape = Shape{rows, cols}})}, {}, DType::float32);
+  };
   auto run = [&](const std::string& backend, int threads) {
     return in_arena(threads, [&] {
       auto xs = K::placeholder({rows, cols}, {.sparse = true});
@@ -701,6 +722,9 @@ TEST(Threads, SparseOpsAsTasks) {
       auto lab = K::placeholder({4000, 64});
       auto len = K::placeholder({4000}, {.dtype = "int32"});
       auto wp = K::placeholder({4000, 64});
+      auto vg = K::placeholder({gap_n});
+      auto gap = ktape::ops::sparse_from_parts(
+          K::constant(i64(gap_idx, {gap_n, 2}), {.dtype = "int64"}), vg, carrier());
       auto d = K::to_dense(K::ctc_label_dense_to_sparse(lab, len));
       std::vector<Tensor> outs{K::to_dense(xs),
                                K::to_dense(xu),
@@ -708,9 +732,10 @@ TEST(Threads, SparseOpsAsTasks) {
                                K::to_dense(K::concatenate({xs, xs}, 0)),
                                K::to_dense(K::concatenate({xs, xu}, 1)),
                                d,
-                               K::gradients(K::sum(d * wp), {lab})[0]};
-      return K::function({xs, xu, xi, lab, len, wp}, outs, {}, {.backend = backend})(
-          std::vector<ktape::Feed>{ordered, shuffled, ints, labels, lengths, w});
+                               K::gradients(K::sum(d * wp), {lab})[0],
+                               K::to_dense(gap)};
+      return K::function({xs, xu, xi, lab, len, wp, vg}, outs, {}, {.backend = backend})(
+          std::vector<ktape::Feed>{ordered, shuffled, ints, labels, lengths, w, gap_values});
     });
   };
   const auto ref = expect_reference_bits(run, {1, 2, 16}, "sparse ops");
@@ -721,25 +746,23 @@ TEST(Threads, SparseOpsAsTasks) {
         static_cast<float>(val[static_cast<std::size_t>(e)]);
   const NDArray cpu = run("cpu", 2)[0];
   EXPECT_EQ(0, std::memcmp(cpu.raw_data(), want.data(), want.size() * sizeof(float)));
-  ASSERT_EQ(ref.size(), 7u);
+  ASSERT_EQ(ref.size(), 8u);
   // Row 5 has length 185 % 70 - 3 = 42: the gradient is w inside it, 0 past it.
   EXPECT_EQ(ref[6].item(5 * 64 + 41), w.item(5 * 64 + 41));
   EXPECT_EQ(ref[6].item(5 * 64 + 42), 0.0);
 
-  // Indices computed in the graph, out of range at entries 5,000 and 150,000.
+  // Indices from the graph, out of range at entries 5,000 and 100,000 (slots 1 and 39 of 58).
   std::vector<std::int64_t> bad = idx;
   bad[2 * 5000 + 1] = cols;
-  bad[2 * 150000] = rows + 4;
+  bad[2 * 100000] = rows + 4;
   for (int threads : {1, 2, 16})
     for (const char* backend : {"cpu", "reference"}) {
       SCOPED_TRACE(std::string(backend) + " at " + std::to_string(threads) + " threads");
       std::string dense_err, gather_err;
       in_arena(threads, [&] {
         auto v = K::placeholder({nnz});
-        auto sp = ktape::ops::sparse_from_parts(
-            K::constant(i64(bad, {nnz, 2}), {.dtype = "int64"}), v,
-            ktape::make_node(ktape::Op::ShapeCarrier,
-                             {K::constant(0.0, {.shape = Shape{rows, cols}})}, {}, DType::float32));
+        auto sp = ktape::ops::sparse_from_parts(K::constant(i64(bad, {nnz, 2}), {.dtype = "int64"}),
+                                                v, carrier());
         const NDArray vv = NDArray::from_values(val, {nnz}, DType::float32);
         auto wd = K::placeholder({rows, cols});
         dense_err = ktape::testing_util::error_of<ktape::ValueError>(

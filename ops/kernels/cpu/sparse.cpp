@@ -1,10 +1,11 @@
 // cpu kernels of the sparse ops (what each computes: ops/kernels/reference/sparse.cpp), split
 // over threads by the grain policy, with the reference's bits at any thread count:
-// - SparseTensor, SparseToDense: zeros written in ranges; the entries checked and their positions
-//   found in slots of entries; then, when the positions never go down (row-major order, as fed
-//   values, ctc_label_dense_to_sparse and concatenate give them), each slot adds its own entries.
-//   A run of entries at one position belongs to the slot it starts in, so every element sums its
-//   entries in entry order, as the reference does. Entries in any other order add serially.
+// - SparseTensor, SparseToDense: zeros written in ranges; the entries checked, and the order of
+//   their positions, in slots of entries; then, when the positions never go down (row-major order,
+//   as fed values, ctc_label_dense_to_sparse and concatenate give them), each slot adds its own
+//   entries. A run of entries at one position belongs to the slot it starts in, so every element
+//   sums its entries in entry order, as the reference does. Entries in any other order add
+//   serially.
 // - SparseGather: slots of entries. SparseConcatIndices, DenseIndices: ranges of elements.
 // An index out of range raises the reference's ValueError, for the first such entry.
 #include <algorithm>
@@ -31,8 +32,9 @@ std::pair<std::int64_t, std::int64_t> slot_range(std::int64_t nnz, std::int64_t 
 }
 
 // Slots for nnz entries of `rank` indices. An entry's pass (its indices checked, its position
-// found, an element read or added) costs 32 adds' worth at rank 2: to_dense's checking pass
-// took 2.2-2.6 ns an entry on one core of a Xeon (perf, in BM_Sparse/0/0/1).
+// found, an element read or added) is taken as 8 adds' worth per index and 16 more: to_dense's
+// checking pass took 2.2-2.6 ns an entry at rank 2 on one core of a Xeon (perf, in
+// BM_Sparse/0/0/1), 37-43 adds.
 std::int64_t entry_slots(std::int64_t nnz, int rank) {
   return slot_count(static_cast<double>(nnz) * (8.0 * rank + 16.0), nnz, kMaxSlots);
 }
@@ -128,12 +130,18 @@ void densify(const KernelCall& c) {
       add(k, off);
     }
     if (leading) return;  // the slot's last run is an earlier slot's
-    // The slot's last run, on into the slots after it.
-    for (std::int64_t k = k1; k < nnz; ++k) {
-      if (is_padding(idx, k, rank)) continue;
-      const std::int64_t off = position(idx, k, rank, dims);
-      if (off != scan[s].last) break;
-      add(k, off);
+    // The slot's last run, on into the slots after it (over those of padding alone at once).
+    const std::int64_t last = scan[s].last;
+    for (std::int64_t t = s + 1; t < slots; ++t) {
+      if (scan[t].first < 0) continue;
+      if (scan[t].first != last) return;
+      const auto [t0, t1] = slot_range(nnz, t, slots);
+      for (std::int64_t k = t0; k < t1; ++k) {
+        if (is_padding(idx, k, rank)) continue;
+        const std::int64_t off = position(idx, k, rank, dims);
+        if (off != last) return;
+        add(k, off);
+      }
     }
   });
 }
