@@ -1,11 +1,11 @@
 // cpu kernels of the sparse ops (what each computes: ops/kernels/reference/sparse.cpp), split
 // over threads by the grain policy, with the reference's bits at any thread count:
 // - SparseTensor, SparseToDense: zeros written in ranges; the entries checked, and the order of
-//   their positions, in slots of entries; then, when the positions never go down (row-major order,
-//   as fed values, ctc_label_dense_to_sparse and concatenate give them), each slot adds its own
-//   entries. A run of entries at one position belongs to the slot it starts in, so every element
-//   sums its entries in entry order, as the reference does. Entries in any other order add
-//   serially.
+//   their positions, in slots of entries; then, when the positions never go down (row-major
+//   order: fed values sorted, ctc_label_dense_to_sparse's, a concatenation of such along the first
+//   axis), each slot adds its own entries. A run of entries at one position belongs to the slot it
+//   starts in, so every element sums its entries in entry order, as the reference does. Entries in
+//   any other order add serially.
 // - SparseGather: slots of entries. SparseConcatIndices, DenseIndices: ranges of elements.
 // An index out of range raises the reference's ValueError, for the first such entry.
 #include <algorithm>
