@@ -146,10 +146,14 @@ void densify(const KernelCall& c) {
   });
 }
 
+// Ranks 1 and 2 unrolled for float and double only (the rest are rarer: one instantiation each
+// keeps the file's compile time down).
 template <class T>
 void densify_kernel(const KernelCall& c) {
-  if (c.out.ndim == 2) return densify<T, 2>(c);
-  if (c.out.ndim == 1) return densify<T, 1>(c);
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (c.out.ndim == 2) return densify<T, 2>(c);
+    if (c.out.ndim == 1) return densify<T, 1>(c);
+  }
   densify<T, 0>(c);
 }
 
