@@ -71,12 +71,16 @@ void run_chunk(const FusedProgram& P, const ArrayRef* in, char* regs, std::int64
         if (o.column) {
           char* col = regs + P.column_offset[static_cast<std::size_t>(o.index)];
           const std::size_t es = dtype_size(a.dtype);
-          const std::int64_t first = start / P.inner;
-          for (std::int64_t r = 0; r < runs; ++r)
+          // Values (start / inner + r) % row for the chunk's runs r: contiguous but where the
+          // cycle wraps, so copied in one or a few pieces.
+          for (std::int64_t r = 0, at = (start / P.inner) % P.row; r < runs;) {
+            const std::int64_t n = std::min(runs - r, P.row - at);
             std::memcpy(col + static_cast<std::size_t>(r) * es,
-                        static_cast<const char*>(a.data) +
-                            static_cast<std::size_t>((first + r) % P.row) * es,
-                        es);
+                        static_cast<const char*>(a.data) + static_cast<std::size_t>(at) * es,
+                        static_cast<std::size_t>(n) * es);
+            r += n;
+            at = 0;
+          }
           return ArrayRef{col, column_dims, 2, runs, a.dtype};
         }
         return ArrayRef{

@@ -3,6 +3,8 @@
 // with the reference backend, and launch fewer kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -652,6 +654,36 @@ TEST(Fusion, BigColumnChunksWithNestedParallelKernelsStayCorrect) {
   for (int call = 0; call < 4; ++call)
     expect_identical(f1({xv})[0], want, "call " + std::to_string(call));
   EXPECT_LT(f1.num_steps(), f0.num_steps());
+}
+
+TEST(Fusion, ColumnValuesCycleAcrossChunks) {
+  // A column (C, 1) against (N, C, inner) repeats its C values every C runs; with short runs a
+  // chunk holds hundreds of runs and starts anywhere in that cycle (inner 2: chunks of 1,024
+  // runs, C = 7 -> the second chunk starts at value 1024 % 7 = 2). Every element against its
+  // definition, x * c[channel] + c[channel] computed in float as the kernels do, exactly; and
+  // fused == unfused.
+  for (std::int64_t inner : {2, 3, 5}) {
+    K::clear_session();
+    const std::int64_t n = 300, ch = 7;
+    auto x = K::placeholder({n, ch, inner});
+    auto c = K::placeholder({ch, 1});
+    auto y = K::relu(x * c + c);
+    auto f1 = K::function({x, c}, {y});
+    auto f0 = K::function({x, c}, {y}, {}, {.backend = "cpu", .fuse = false});
+    const NDArray xv = ramp(Shape{n, ch, inner}, 1.0, -0.3);
+    const NDArray cv = ramp(Shape{ch, 1}, 2.0, -0.5);
+    const NDArray got = f1({xv, cv})[0];
+    expect_identical(got, f0({xv, cv})[0], "inner " + std::to_string(inner));
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < got.size(); ++i) {
+      const auto cx = static_cast<float>(cv.item((i / inner) % ch));
+      const volatile float prod = static_cast<float>(xv.item(i)) * cx;  // rounded: no FMA
+      const float want = std::max(0.0f, prod + cx);
+      bad += static_cast<float>(got.item(i)) != want;
+    }
+    EXPECT_EQ(bad, 0) << "inner " << inner;
+    EXPECT_LT(f1.num_steps(), f0.num_steps()) << f1.describe_plan();
+  }
 }
 
 TEST(Fusion, ConstantSubgraphsAreFoldedAtCompile) {
