@@ -6,22 +6,40 @@
 
 namespace ktape::kernels {
 
-// Output index walk with per-input broadcast strides.
+// Output index walk with per-input broadcast strides: an odometer over the leading axes, and
+// along the last one a plain loop per stride pattern (1 or 0 for each input), which the
+// compiler vectorizes.
 template <class TA, class TB, class TO, class F>
 void binary(const KernelCall& c, F f) {
   const ArrayRef& a = c.in[0];
   const ArrayRef& b = c.in[1];
   const int r = c.out.ndim;
+  if (c.out.size == 0) return;
   std::int64_t sa[kMaxRank], sb[kMaxRank];
   broadcast_strides(a, r, c.out.dims, sa);
   broadcast_strides(b, r, c.out.dims, sb);
   const TA* pa = ptr<TA>(a);
   const TB* pb = ptr<TB>(b);
   TO* out = ptr<TO>(c.out);
-  strided_walk<2>(c.out.dims, r, c.out.size, {sa, sb}, {0, 0}, [&](std::int64_t i, const auto& o) {
-    out[i] =
-        static_cast<TO>(f(static_cast<Compute<TA>>(pa[o[0]]), static_cast<Compute<TB>>(pb[o[1]])));
-  });
+  const std::int64_t n = r > 0 ? c.out.dims[r - 1] : 1;
+  const std::int64_t ia = r > 0 ? sa[r - 1] : 0, ib = r > 0 ? sb[r - 1] : 0;
+  auto at = [&](const TA* x, const TB* y) {
+    return static_cast<TO>(f(static_cast<Compute<TA>>(*x), static_cast<Compute<TB>>(*y)));
+  };
+  strided_walk<2>(c.out.dims, r - 1 > 0 ? r - 1 : 0, c.out.size / n, {sa, sb}, {0, 0},
+                  [&](std::int64_t row, const auto& o) {
+                    TO* y = out + row * n;
+                    const TA* xa = pa + o[0];
+                    const TB* xb = pb + o[1];
+                    if (ia == 1 && ib == 1)
+                      for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa + j, xb + j);
+                    else if (ia == 1)
+                      for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa + j, xb);
+                    else if (ib == 1)
+                      for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa, xb + j);
+                    else
+                      for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa, xb);
+                  });
 }
 
 // Select: out = cond ? a : b (in = cond (bool), a, b), every operand broadcast to out.
