@@ -1,9 +1,10 @@
 // Sparse benchmarks (the cpu kernels of ops/kernels/cpu/sparse.cpp against the reference's):
 //   BM_Sparse/<0 to_dense, entries in row-major order, 1 the same entries shuffled, 2 the
-//   gradient of ctc_label_dense_to_sparse's values>/<0 cpu, 1 reference>/<threads>: to_dense of
-//   a (2000, 1000) sparse tensor with 200,000 entries (one in five repeated; indices a constant,
-//   values fed), or the labels'
-//   gradient of sum(to_dense(ctc_label_dense_to_sparse(labels (4000, 64), lengths)) * w)
+//   gradient of ctc_label_dense_to_sparse's values>/<0 cpu, 1 reference>/<threads>:
+//   0, 1: to_dense of a (2000, 1000) sparse tensor with 200,000 entries (one in five repeated;
+//   indices a constant, values fed);
+//   2: the labels' gradient of sum(to_dense(ctc_label_dense_to_sparse(labels (4000, 64),
+//   lengths)) * w), mostly the int64 index arithmetic of ctc_label_dense_to_sparse
 #include <benchmark/benchmark.h>
 
 #include <cmath>

@@ -37,7 +37,7 @@ void binary(const KernelCall& c, F f) {
                       for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa + j, xb);
                     else if (ib == 1)
                       for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa, xb + j);
-                    else
+                    else  // both broadcast along it (the last stride is 1 or 0)
                       for (std::int64_t j = 0; j < n; ++j) y[j] = at(xa, xb);
                   });
 }
