@@ -1,8 +1,8 @@
 // Kernels of the sparse ops (ops/sparse.cpp): SparseDenseMatMul's, shared by the reference
 // backend (serial) and the cpu backend (split over output columns), and the checks every sparse
-// kernel makes (the cpu backend's others: ops/kernels/cpu/sparse.cpp). Parts of a sparse tensor: indices
-// (nnz, rank) int64, values (nnz,), carrier (dense shape..., 0). An entry whose first index is
-// kPadding is padding (a fed value's entries padded to a power-of-two count, the positions past
+// kernel makes (the cpu backend's others: ops/kernels/cpu/sparse.cpp). Parts of a sparse tensor:
+// indices (nnz, rank) int64, values (nnz,), carrier (dense shape..., 0). An entry whose first index
+// is kPadding is padding (a fed value's entries padded to a power-of-two count, the positions past
 // each length in ctc_label_dense_to_sparse): every kernel skips it, as if it were absent.
 #pragma once
 
