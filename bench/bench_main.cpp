@@ -1,6 +1,6 @@
 // ktape benchmarks (Google Benchmark). Run: ./build/bench/bench_ktape
 //   BM_MlpStep/<batch>/<0 cpu, 1 reference, 2 cpu unfused, 3 cpu on Eigen's GEMM, 4 cpu on
-//   BLIS's>/<threads,
+//   BLIS's, 5 cpu without MatMul epilogues>/<threads,
 //     0 = every core>: one SGD step of the 784-256-128-10 MLP; FLOPS = its GEMM FLOPs / time
 //   BM_Dispatch: a compiled Function of 1000 tiny ops (per-op dispatch cost = time / 1000)
 //   BM_Gemm/<m>/<k>/<n>/<threads>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's, 2 BLIS's>: MatMul at
@@ -16,6 +16,8 @@
 //     parameters (235,146 floats) from fed gradients; BM_FedGradient/<same>: its baseline (the
 //     gradient scaffolding that K::gradients adds, see FedGradients). Counters: `steps` = kernel
 //     launches per call, `floats/s` = parameters updated per second
+//   BM_DenseUpdate/<0 epilogue, 1 separate pass>/<threads>: W -= 0.01 x^T g at the MLP's first
+//     layer, the update inside the product (a MatMul epilogue) or after it
 //   BM_FusedPass/<elements>/<0 six mul/add, 1 an LSTM cell>/<threads>: one fused pass (the grain
 //     policy at work)
 //   BM_ElementCost/<op>: one elementwise op's cpu kernel on 16,384 floats, one thread, unfused;
@@ -51,6 +53,7 @@
 
 #include "bench/bench_util.hpp"
 #include "engine/backend.hpp"
+#include "engine/fusion.hpp"
 #include "engine/graph.hpp"
 #include "ktape/ktape.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
@@ -65,10 +68,10 @@ namespace {
 const char* backend_name(int i) { return i == 1 ? "reference" : "cpu"; }
 
 // Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on Eigen's GEMM,
-// 4 cpu on BLIS's alone.
+// 4 cpu on BLIS's alone, 5 cpu without MatMul epilogues (engine/fusion.hpp).
 const char* variant_label(int i) {
-  static const char* labels[] = {"cpu", "reference", "cpu unfused", "cpu eigen-gemm",
-                                 "cpu blis-gemm"};
+  static const char* labels[] = {
+      "cpu", "reference", "cpu unfused", "cpu eigen-gemm", "cpu blis-gemm", "cpu no epilogues"};
   return labels[i];
 }
 
@@ -100,7 +103,9 @@ void BM_MlpStep(benchmark::State& state) {
   for (std::int64_t i = 0; i < batch; ++i)
     tb.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
   std::vector<NDArray> ins{xb, tb}, outs;
+  ktape::set_matmul_epilogues(variant != 5);  // the plan is compiled by the first run
   f.run(ins, outs);
+  ktape::set_matmul_epilogues(true);
   for (auto _ : state) f.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * batch);
   // Forward and weight-gradient GEMMs of every layer, input gradients of layers 2 and 3.
@@ -111,7 +116,7 @@ void BM_MlpStep(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_MlpStep)
-    ->ArgsProduct({{32, 128}, {0, 3, 4}, {1, 2}})
+    ->ArgsProduct({{32, 128}, {0, 3, 4, 5}, {1, 2}})
     ->ArgsProduct({{32, 128}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
@@ -294,6 +299,32 @@ void run_update_bench(benchmark::State& state, const ktape::Function& f, FedGrad
 
 // One ktape::optimizers::Adam step (Keras 2.2.4 rules: iterations, m, v, the parameter) on the
 // MLP's parameters from fed gradients: the Function of Adam::get_updates and nothing else.
+// One dense layer's weight gradient and SGD update, W -= 0.01 x^T g (x 128 x 784 and g 128 x 256
+// fed, W 784 x 256: the MLP's first layer), with the update run as the product's epilogue or as
+// a pass of its own: <0 epilogue, 1 separate pass>/<threads>.
+void BM_DenseUpdate(benchmark::State& state) {
+  const auto limit = ktape::bench::limit_threads(state.range(1));
+  auto x = K::placeholder({128, 784});
+  auto g = K::placeholder({128, 256});
+  auto W = K::variable(NDArray::full(Shape{784, 256}, 0.01));
+  auto dW = K::dot(K::transpose(x), g);
+  auto f = K::function({x, g}, {}, {K::update_sub(W, 0.01 * dW)});
+  std::vector<NDArray> ins{NDArray::full(Shape{128, 784}, 0.5),
+                           NDArray::full(Shape{128, 256}, 1e-3)},
+      outs;
+  ktape::set_matmul_epilogues(state.range(0) == 0);  // the plan is compiled by the first run
+  f.run(ins, outs);
+  ktape::set_matmul_epilogues(true);
+  for (auto _ : state) f.run(ins, outs);
+  ktape::bench::set_flops(state, 2.0 * 128 * 784 * 256);
+  state.SetLabel(std::string(state.range(0) == 0 ? "epilogue, " : "separate pass, ") +
+                 ktape::bench::threads_label(state.range(1)));
+}
+BENCHMARK(BM_DenseUpdate)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond)
+    ->Apply(ktape::bench::real_time_min);
+
 void BM_AdamStep(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   FedGradients fg;

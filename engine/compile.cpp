@@ -48,6 +48,9 @@ class Compiler {
     if (r_.fuse && r_.backend.fuse_elementwise) fuse();
     if (r_.fuse) pair_steps();
     if (r_.backend.fuse_elementwise) commit_in_place();
+    if (r_.fuse && r_.backend.fuse_elementwise && r_.backend.matmul_epilogue &&
+        matmul_epilogues_enabled())
+      matmul_epilogues();
     lock_variables();
     plan_arena();
     resolve_pointers();
@@ -446,7 +449,83 @@ class Compiler {
     return true;
   }
 
-  // 3e. Variable locks, ordered by node id: every call takes them in the same order.
+  // 3e. MatMul epilogues: the first fused pass that reads a MatMul's product runs inside the
+  // MatMul (engine/fusion.hpp MatMulEpilogue: on one thread band by band of the product's rows
+  // as their tiles finish, while they are in cache; a weight's update after its gradient, a
+  // dense layer's bias + relu, a relu's gradient). Only a pass that gives the same bits on
+  // any piece of its elements (epilogue_ready), whose inputs are all computed by the MatMul's
+  // place, when no step in between reads or writes what it writes, writes what it reads, runs a
+  // loop body or may throw (the pass may write a variable in place).
+  void matmul_epilogues() {
+    auto& steps = p_.steps;
+    // A buffer: an arena root by its index, a variable's (or other external) storage by address.
+    auto buffer = [&](int v) -> std::uintptr_t {
+      const Value& r = val(root_of(v));
+      return r.kind == Kind::kExternal ? reinterpret_cast<std::uintptr_t>(r.ext)
+                                       : static_cast<std::uintptr_t>(root_of(v)) * 2 + 1;
+    };
+    for (std::size_t mi = 0; mi < steps.size(); ++mi) {
+      Step& m = steps[mi];
+      if (m.fused || m.epilogue || !m.node || m.node->op != Op::MatMul || !m.extra_outs.empty() ||
+          m.in_values.size() != 2 || val(m.out).node != m.node || val(m.out).size == 0)
+        continue;
+      const DType dt = val(m.out).dtype;
+      const KernelFn fn = r_.backend.matmul_epilogue(dt);
+      if (!fn || m.fn != r_.backend.get(Op::MatMul, dt)) continue;
+      std::size_t fi = mi + 1;
+      auto reads_product = [&](const Step& st) {
+        return std::any_of(st.in_values.begin(), st.in_values.end(),
+                           [&](int v) { return root_of(v) == m.out; });
+      };
+      // The pass reads the product element for element: all of it, not a view of part.
+      auto reads_whole = [&](const Step& st) {
+        return std::all_of(st.in_values.begin(), st.in_values.end(), [&](int v) {
+          return root_of(v) != m.out ||
+                 (val(v).alias_offset == 0 && val(v).size == val(m.out).size);
+        });
+      };
+      while (fi < steps.size() && !reads_product(steps[fi])) ++fi;
+      if (fi == steps.size()) continue;
+      Step& f = steps[fi];
+      const Shape& ps = val(m.out).shape;
+      const std::int64_t n = ps[ps.ndim() - 1];
+      std::unique_ptr<FusedProgram> alone = f.fused ? nullptr : single_pass(p_, f);
+      const FusedProgram* pass = f.fused ? f.fused.get() : alone.get();
+      if (!pass || !epilogue_ready(*pass, n) || pass->n != val(m.out).size || !reads_whole(f))
+        continue;
+      std::vector<std::uintptr_t> f_reads, f_writes;
+      for (int v : f.in_values) f_reads.push_back(buffer(v));
+      f_writes.push_back(buffer(f.out));
+      for (int v : f.extra_outs) f_writes.push_back(buffer(v));
+      auto hits = [](const std::vector<std::uintptr_t>& set, std::uintptr_t b) {
+        return std::find(set.begin(), set.end(), b) != set.end();
+      };
+      // The product's operands are read until its last region: the pass must not write them.
+      bool ok = !hits(f_writes, buffer(m.in_values[0])) && !hits(f_writes, buffer(m.in_values[1]));
+      for (std::size_t si = mi + 1; si < fi && ok; ++si) {
+        const Step& st = steps[si];
+        ok = !(st.node && (op_def(st.node->op).may_throw || st.node->extra));
+        std::vector<int> outs{st.out};
+        outs.insert(outs.end(), st.extra_outs.begin(), st.extra_outs.end());
+        for (int o : outs) ok = ok && !hits(f_reads, buffer(o)) && !hits(f_writes, buffer(o));
+        for (int v : st.in_values) ok = ok && !hits(f_writes, buffer(v));
+      }
+      if (!ok) continue;
+      auto e = std::make_unique<MatMulEpilogue>();
+      e->done_columns =
+          std::make_unique<std::atomic<std::int64_t>[]>(static_cast<std::size_t>(pass->n / n));
+      e->pass = f.fused ? std::move(f.fused) : std::move(alone);
+      e->node = f.node;
+      m.in_values.insert(m.in_values.end(), f.in_values.begin(), f.in_values.end());
+      m.extra_outs.push_back(f.out);
+      m.extra_outs.insert(m.extra_outs.end(), f.extra_outs.begin(), f.extra_outs.end());
+      m.epilogue = std::move(e);
+      m.fn = fn;
+      steps.erase(steps.begin() + static_cast<std::ptrdiff_t>(fi));
+    }
+  }
+
+  // 3f. Variable locks, ordered by node id: every call takes them in the same order.
   void lock_variables() {
     std::map<std::int64_t, std::pair<std::shared_mutex*, bool>> locks;
     for (const Value& v : p_.values)
@@ -575,6 +654,15 @@ class Compiler {
         s.call.scratch = static_cast<char*>(p.arena.get()) + s.scratch_offset;
     }
     resolve_fused(p, [&](int v) { return value_ptr(p, v); });
+    for (auto& s : p.steps) {
+      if (!s.epilogue) continue;
+      FusedProgram& prog = *s.epilogue->pass;
+      prog.out_ptrs.resize(prog.out_values.size());
+      for (std::size_t k = 0; k < prog.out_values.size(); ++k)
+        prog.out_ptrs[k] = value_ptr(p, prog.out_values[k]);
+      s.epilogue->matmul_ctx = s.call.ctx;
+      s.call.ctx = s.epilogue.get();
+    }
     for (auto& s : p.steps)
       for (std::size_t k = 0; k < s.in_values.size(); ++k) {
         const Value& r = val(root_of(s.in_values[k]));
@@ -623,6 +711,9 @@ class Compiler {
         if (s.fused)
           for (std::size_t k = 0; k < s.fused->out_values.size(); ++k)
             add(s.fused->out_values[k], &s.fused->out_ptrs[k]);
+        if (s.epilogue)
+          for (std::size_t k = 0; k < s.epilogue->pass->out_values.size(); ++k)
+            add(s.epilogue->pass->out_values[k], &s.epilogue->pass->out_ptrs[k]);
         for (std::size_t k = 0; k < s.in_values.size(); ++k) add(s.in_values[k], &s.ins[k].data);
       }
     }

@@ -78,7 +78,10 @@ std::string plan_dot(const Plan& p) {
                     ? std::string()
                     : ", " + std::to_string(s.fused->sources.size()) + " computed inputs") +
                "]";
-    if (!s.fused && !s.extra_outs.empty()) label += " [joint]";  // OpDef::pair
+    if (s.epilogue)
+      label += " [epilogue]";  // engine/fusion.hpp MatMulEpilogue
+    else if (!s.fused && !s.extra_outs.empty())
+      label += " [joint]";  // OpDef::pair
     label += '\n';
     label += o.shape.str() + " " + std::string(dtype_name(o.dtype)) + "\n" + s.node->name;
     out += "  s" + std::to_string(si) + " [label=\"" + escape(label) + "\", shape=box];\n";

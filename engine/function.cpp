@@ -266,6 +266,10 @@ std::string Function::describe_plan() const {
                   : std::to_string(s.fused->sources.size()) + " input(s) computed per chunk, ") +
              std::to_string(s.fused->out_values.size()) + " outputs, " +
              std::to_string((s.fused->scratch_bytes + 1023) / 1024) + " KB of registers]";
+    else if (s.epilogue)
+      out += " [epilogue: " + std::string(op_name(s.epilogue->node->op)) + " '" +
+             s.epilogue->node->name + "', " + std::to_string(s.epilogue->pass->instrs.size()) +
+             " kernels, " + std::to_string(s.epilogue->pass->out_values.size()) + " outputs]";
     else
       for (int o : s.extra_outs) {  // a joint step (OpDef::pair)
         const Value& w = impl_->last->values[static_cast<std::size_t>(o)];

@@ -167,19 +167,17 @@ void run_chunk(const FusedProgram& P, const ArrayRef* in, char* regs, std::int64
   }
 }
 
-}  // namespace
-
-void run_fused(const KernelCall& c) {
-  const auto& P = *static_cast<const FusedProgram*>(c.ctx);
+// Elements [e0, e1) of program P in chunks of P.chunk from e0, split over tasks of whole chunks
+// (results never depend on the split).
+// Isolated: a member kernel may split a big chunk in a nested parallel loop, and a thread
+// waiting there must not pick up another chunk of this pass (or a task that runs another pass),
+// which would reuse its thread-local registers underneath the waiting one.
+void run_range(const FusedProgram& P, const ArrayRef* in, std::int64_t e0, std::int64_t e1) {
   const std::int64_t chunk = P.chunk;
-  const std::int64_t chunks = (P.n + chunk - 1) / chunk;
+  const std::int64_t chunks = (e1 - e0 + chunk - 1) / chunk;
   double cost = static_cast<double>(chunk) * P.elem_cost;
   for (const FusedSource& src : P.sources)
     cost += static_cast<double>(chunk / src.block_width * src.pitch) * src.prog->elem_cost;
-  // Split over whole chunks: results never depend on the split.
-  // Isolated: a member kernel may split a big chunk in a nested parallel loop, and a thread
-  // waiting there must not pick up another chunk of this pass, which would reuse its
-  // thread-local registers underneath the waiting one.
   parallel_for(
       chunks, cost,
       [&](std::int64_t c0, std::int64_t c1) {
@@ -187,12 +185,30 @@ void run_fused(const KernelCall& c) {
           thread_local Scratch scratch;
           char* regs = static_cast<char*>(scratch.get(P.scratch_bytes));
           for (std::int64_t ch = c0; ch < c1; ++ch) {
-            const std::int64_t start = ch * chunk;
-            run_chunk(P, c.in, regs, start, std::min(chunk, P.n - start), P.out_ptrs.data(), 0);
+            const std::int64_t start = e0 + ch * chunk;
+            run_chunk(P, in, regs, start, std::min(chunk, e1 - start), P.out_ptrs.data(), 0);
           }
         });
       },
       /*align=*/1);
+}
+
+}  // namespace
+
+void run_fused(const KernelCall& c) {
+  const auto& P = *static_cast<const FusedProgram*>(c.ctx);
+  run_range(P, c.in, 0, P.n);
+}
+
+void epilogue_region_done(MatMulEpilogue& e, const ArrayRef* in, std::int64_t n, std::int64_t i0,
+                          std::int64_t i1, std::int64_t j0, std::int64_t j1) {
+  if (i1 <= i0 || j1 <= j0) return;
+  if (j1 - j0 < n &&
+      e.done_columns[i0].fetch_add(j1 - j0, std::memory_order_acq_rel) + (j1 - j0) < n)
+    return;  // the band's other columns are still being computed
+  // Whole rows: contiguous elements, run in the pass's chunks from the band's first row (the
+  // members are exact per element, so the chunks' bounds do not change a bit).
+  run_range(*e.pass, in, i0 * n, i1 * n);
 }
 
 }  // namespace ktape

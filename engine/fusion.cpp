@@ -3,6 +3,7 @@
 #include "engine/fusion.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/parallel.hpp"
 
@@ -46,6 +47,30 @@ bool is_column_of(const Shape& in, const Shape& out, std::int64_t& inner) {
   inner = 1;
   for (int i = b; i < r; ++i) inner *= out[i];
   return inner > 1;
+}
+
+// Ops whose kernels compute each element with one correctly rounded operation (or an exact
+// one), whatever the range: the same bits on any piece of the elements (MatMulEpilogue).
+bool exact_per_element(Op op) {
+  switch (op) {
+    case Op::Add:
+    case Op::Sub:
+    case Op::Mul:
+    case Op::Div:
+    case Op::Neg:
+    case Op::Square:
+    case Op::Sqrt:
+    case Op::Abs:
+    case Op::Sign:
+    case Op::Maximum:
+    case Op::Minimum:
+    case Op::Relu:
+    case Op::ReluGrad:
+    case Op::Cast:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::int64_t gcd(std::int64_t a, std::int64_t b) { return b == 0 ? a : gcd(b, a % b); }
@@ -562,6 +587,7 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       ins.dtype = val.dtype;
       prog->max_in = std::max(prog->max_in, static_cast<int>(ins.ins.size()));
       prog->instrs.push_back(std::move(ins));
+      prog->exact = prog->exact && exact_per_element(ms_step.node->op);
       prog->elem_cost += ms_step.node->op == Op::Cast
                              ? cast_cost(ms_step.node->inputs[0].dtype(), val.dtype)
                              : elem_cost(ms_step.node->op);
@@ -628,6 +654,47 @@ void fuse_elementwise(Plan& p, const std::vector<bool>& pinned) {
       out.push_back(std::move(p.steps[s]));
   }
   p.steps = std::move(out);
+}
+
+namespace {
+std::atomic<bool> g_epilogues{true};
+}  // namespace
+void set_matmul_epilogues(bool on) { g_epilogues.store(on, std::memory_order_relaxed); }
+bool matmul_epilogues_enabled() { return g_epilogues.load(std::memory_order_relaxed); }
+
+bool epilogue_ready(const FusedProgram& p, std::int64_t n) {
+  return p.exact && (p.row == 0 || n % p.row == 0) && p.inner == 0 && !p.has_blocks &&
+         p.sources.empty() && !p.places;
+}
+
+std::unique_ptr<FusedProgram> single_pass(const Plan& p, const Step& s) {
+  if (s.fused || !s.node || s.random || !s.extra_outs.empty() || !op_def(s.node->op).elementwise ||
+      !exact_per_element(s.node->op) ||
+      s.in_values.size() > static_cast<std::size_t>(kMaxFusedInputs))
+    return nullptr;
+  const Value& out = p.values[static_cast<std::size_t>(s.out)];
+  auto prog = std::make_unique<FusedProgram>();
+  prog->n = out.size;
+  prog->chunk = kChunk;
+  FusedInstr ins;
+  ins.fn = s.fn;
+  ins.attrs = &s.node->attrs;
+  ins.seed = s.node->seed;
+  for (std::size_t k = 0; k < s.in_values.size(); ++k) {
+    const Value& in = p.values[static_cast<std::size_t>(s.in_values[k])];
+    if (in.size != out.size && in.size != 1) return nullptr;
+    FusedOperand o{FusedOperand::kInput, in.size == 1 && out.size > 1, static_cast<int>(k)};
+    ins.ins.push_back(o);
+    ins.in_dtypes.push_back(in.dtype);
+  }
+  ins.out = {FusedOperand::kOutput, false, 0};
+  ins.dtype = out.dtype;
+  prog->max_in = static_cast<int>(ins.ins.size());
+  prog->elem_cost = s.node->op == Op::Cast ? cast_cost(s.node->inputs[0].dtype(), out.dtype)
+                                           : elem_cost(s.node->op);
+  prog->instrs.push_back(std::move(ins));
+  prog->out_values.push_back(s.out);
+  return prog;
 }
 
 }  // namespace ktape

@@ -6,6 +6,7 @@
 // bit-identical to the unfused plan: the same kernels compute the same elements.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -90,10 +91,49 @@ struct FusedProgram {
   std::vector<std::size_t> reg_offset;  // byte offset of each register in the scratch block
   std::size_t scratch_bytes = 0;
   int max_in = 0;
-  bool places = false;          // some instruction places its result into a concatenation
+  bool places = false;  // some instruction places its result into a concatenation
+  // Every member gives the same bits on any range of elements (arithmetic that is exact per
+  // element: no packet-dependent approximation such as Eigen's exp), so the pass may run on
+  // any pieces of its elements, e.g. as a MatMul's epilogue (MatMulEpilogue).
+  bool exact = true;
   std::vector<int> out_values;  // value index written by each output slot
   std::vector<void*> out_ptrs;  // resolved buffers of the output slots
 };
+
+// A fused pass run by a MatMul step (step 3e of Function's compile): on one thread over each band
+// of the product's rows as soon as the band is finished, while it is in cache; on more, over the
+// whole product after it (the cpu kernel's choice, ops/kernels/cpu/matmul.cpp). The pass reads
+// the product, and its full operands are (rows, n) like it. KernelCall::ctx of such a
+// step (the cpu backend's Backend::matmul_epilogue kernel); the pass's inputs are the call's
+// in[2..]. Every element is the same bits as the pass run alone: its program is `exact`, with
+// scalar, row and full operands only. As for a fused pass writing a variable in place, a call
+// that fails on allocating its scratch may leave part of such a write done.
+struct MatMulEpilogue {
+  std::unique_ptr<FusedProgram> pass;
+  const Node* node = nullptr;        // the pass's step's (its last member's), for plan listings
+  const void* matmul_ctx = nullptr;  // the MatMul's own context (a loop body's MatMulKeep)
+  // Per row of the product: how many of its columns are final in this call (cleared when the
+  // call starts). The product's regions finish in row bands; the task that completes a band
+  // runs the pass over all of it (whole rows: contiguous elements, in the pass's own chunks,
+  // split by the grain policy).
+  std::unique_ptr<std::atomic<std::int64_t>[]> done_columns;
+};
+// Whether a pass can run as the epilogue of a product with rows of n: exact members, no
+// column, block, computed or placed operands, and row operands only of a width that divides n.
+bool epilogue_ready(const FusedProgram& p, std::int64_t n);
+// A one-instruction pass running step `s` alone, if it is an exact elementwise step whose
+// operands are full or scalars (an activation's gradient after the product giving the incoming
+// one); else null.
+std::unique_ptr<FusedProgram> single_pass(const Plan& p, const Step& s);
+// Whether Function's compile runs passes as MatMul epilogues (default on). Benchmarks switch it
+// off to compare; plans compiled before a switch keep what they have.
+void set_matmul_epilogues(bool on);
+bool matmul_epilogues_enabled();
+// Region [i0, i1) x [j0, j1) of the product (rows of n) is final: runs the epilogue's pass
+// (its inputs `in`) over rows [i0, i1) once every column of them is, on the calling thread.
+// The regions of one band of rows must share its extent (as the product's tiles do).
+void epilogue_region_done(MatMulEpilogue& e, const ArrayRef* in, std::int64_t n, std::int64_t i0,
+                          std::int64_t i1, std::int64_t j0, std::int64_t j1);
 
 template <class F>
 void resolve_fused(Plan& p, F value_ptr) {

@@ -40,6 +40,7 @@ struct Value {
 };
 
 struct FusedProgram;
+struct MatMulEpilogue;
 
 struct Step {
   KernelFn fn = nullptr;
@@ -53,6 +54,9 @@ struct Step {
   // A fused elementwise group (engine/fusion.hpp): the other values it writes, and its program.
   std::vector<int> extra_outs;
   std::unique_ptr<FusedProgram> fused;
+  // A MatMul that runs a fused pass over each finished region of its product (engine/fusion.hpp):
+  // the pass's inputs follow the MatMul's two in in_values, its outputs are in extra_outs.
+  std::unique_ptr<MatMulEpilogue> epilogue;
 };
 
 struct Commit {

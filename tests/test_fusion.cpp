@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "ktape/ktape.hpp"
+#include "test_util.hpp"
 
 namespace K = ktape::backend;
 using ktape::DType;
@@ -19,19 +20,8 @@ using ktape::Tensor;
 
 namespace {
 
-NDArray ramp(const Shape& s, double scale, double offset, DType dt = DType::float32) {
-  NDArray a(s, dt);
-  for (std::int64_t i = 0; i < a.size(); ++i)
-    a.set_item(i, offset + scale * std::sin(0.37 * static_cast<double>(i)));
-  return a;
-}
-
-void expect_identical(const NDArray& a, const NDArray& b, const std::string& what) {
-  ASSERT_EQ(a.shape(), b.shape()) << what;
-  ASSERT_EQ(a.dtype(), b.dtype()) << what;
-  for (std::int64_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(a.item(i), b.item(i)) << what << " element " << i;
-}
+using ktape::testing_util::expect_identical;
+using ktape::testing_util::ramp;
 
 void expect_close(const NDArray& a, const NDArray& b, double rtol, const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
@@ -594,7 +584,8 @@ TEST(Fusion, APlainReluPassWritesNoPreActivationForItsGradient) {
     auto r = fr({xv});
     for (std::size_t k = 0; k < 2; ++k)
       expect_close(a[k], r[k], 1e-5, "alpha " + std::to_string(alpha));
-    // The forward pass: the first fused step, ending in the relu.
+    // The forward pass: the first fused step, ending in the relu (a pass of its own, or the
+    // epilogue of the product x W).
     const std::string plan = f.describe_plan();
     const std::size_t at = plan.find("Relu ");
     ASSERT_NE(at, std::string::npos) << plan;

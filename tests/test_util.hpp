@@ -74,6 +74,24 @@ inline ::testing::AssertionResult Close(const ktape::NDArray& got, const std::ve
   return ::testing::AssertionSuccess();
 }
 
+// A deterministic, irregular array: offset + scale * sin(0.37 i).
+inline ktape::NDArray ramp(const ktape::Shape& s, double scale, double offset,
+                           ktape::DType dt = ktape::DType::float32) {
+  ktape::NDArray a(s, dt);
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    a.set_item(i, offset + scale * std::sin(0.37 * static_cast<double>(i)));
+  return a;
+}
+
+// The same shape, dtype and bits (stops at the first element that differs).
+inline void expect_identical(const ktape::NDArray& a, const ktape::NDArray& b,
+                             const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  for (std::int64_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(a.item(i), b.item(i)) << what << " element " << i;
+}
+
 }  // namespace ktape::testing_util
 
 // The message `msg` contains `part`.

@@ -208,7 +208,8 @@ MatRef<T> slice_sum(T* part, std::int64_t s, std::int64_t m, std::int64_t n, Mat
 
 // C += the partial sums of slices 1 .. t.chunks - 1, in slice order, one task per tile of t.
 template <class T>
-void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c, T* part) {
+void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c, T* part,
+                const GemmDone* done = nullptr) {
   if (t.chunks <= 1) return;
   const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
   parallel_slots(((m + t.rows - 1) / t.rows) * tiles_n, [&](std::int64_t tile) {
@@ -224,7 +225,18 @@ void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c,
           for (std::int64_t i = i0; i < i1; ++i) c.p[i * c.rs + j * c.cs] += p.p[i + j * p.cs];
       }
     }
+    if (done) (*done)(i0, i1, j0, j1);
   });
+}
+
+// The region of C that task `task` of split t finished, when its tile is one slice deep
+// (deeper tiles finish in add_slices).
+void tile_done(const GemmTiles& t, std::int64_t task, std::int64_t m, std::int64_t n,
+               const GemmDone* done) {
+  if (!done || t.chunks > 1) return;
+  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
+  const std::int64_t i0 = (task / tiles_n) * t.rows, j0 = (task % tiles_n) * t.cols;
+  (*done)(i0, std::min(m, i0 + t.rows), j0, std::min(n, j0 + t.cols));
 }
 
 // Task `task` of xsmm_tiles' split t: slice `task % t.chunks` of the depth of tile
@@ -435,7 +447,7 @@ std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch,
-                   const GemmKeep* keep) {
+                   const GemmKeep* keep, const GemmDone* done) {
   if (m <= 0 || n <= 0) return;
   check_strides("a", a);
   check_strides("b", b);
@@ -455,8 +467,9 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
     T* const part = slices(t, 0);
     parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
       xsmm_tile<T>(t, task, m, n, k, a, b, c, accumulate, part);
+      tile_done(t, task, m, n, done);
     });
-    return add_slices<T>(t, m, n, c, part);
+    return add_slices<T>(t, m, n, c, part, done);
   }
   if (xsmm_copies_b<T>(n, k, b, c)) {
     // B copied row-major: into the kept copy of a loop's weight (copied on the run's first
@@ -496,8 +509,9 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
       T* const part = slices(t, after);
       parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
         xsmm_tile<T>(t, task, m, n, k, a, bc, c, accumulate, part);
+        tile_done(t, task, m, n, done);
       });
-      return add_slices<T>(t, m, n, c, part);
+      return add_slices<T>(t, m, n, c, part, done);
     }
   }
 #if KTAPE_BLIS
@@ -508,7 +522,12 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
           !std::align(64, space - 64, scratch, space))
         scratch = nullptr;  // not sized for it: the call allocates
     }
-    return blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, keep);
+    blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, keep);
+    if (done)  // no final regions inside the blocked product: row bands after it
+      parallel_for(
+          m, static_cast<double>(n) * done->cost_per_element,
+          [&](std::int64_t i0, std::int64_t i1) { (*done)(i0, i1, 0, n); }, 1);
+    return;
   }
 #endif
   const GemmTiles t = gemm_tiles(m, n, k);
@@ -525,8 +544,9 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
     const MatRef<T> to = s == 0 ? c : slice_sum(part, s, m, n, c);
     gemm<T>(mi, nj, kk, as, bs, {to.p + i0 * to.rs + j0 * to.cs, to.rs, to.cs},
             s == 0 && accumulate);
+    tile_done(t, task, m, n, done);
   });
-  add_slices<T>(t, m, n, c, part);
+  add_slices<T>(t, m, n, c, part, done);
 }
 
 std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,
@@ -723,11 +743,11 @@ template void pack_micro_panel<float>(const float*, std::int64_t, std::int64_t, 
 template void pack_micro_panel<double>(const double*, std::int64_t, std::int64_t, std::int64_t,
                                        std::int64_t, std::int64_t, std::int64_t, double*);
 template void parallel_gemm<float>(std::int64_t, std::int64_t, std::int64_t, MatRef<const float>,
-                                   MatRef<const float>, MatRef<float>, bool, void*,
-                                   const GemmKeep*);
+                                   MatRef<const float>, MatRef<float>, bool, void*, const GemmKeep*,
+                                   const GemmDone*);
 template void parallel_gemm<double>(std::int64_t, std::int64_t, std::int64_t, MatRef<const double>,
                                     MatRef<const double>, MatRef<double>, bool, void*,
-                                    const GemmKeep*);
+                                    const GemmKeep*, const GemmDone*);
 template void parallel_gemm_shared_b<float>(const GemmPart<float>*, int, std::int64_t, std::int64_t,
                                             MatRef<const float>, void*);
 template void parallel_gemm_shared_b<double>(const GemmPart<double>*, int, std::int64_t,

@@ -87,10 +87,23 @@ struct MatMulKeep {
   const std::uint64_t* loop_run = nullptr;
 };
 
+// Called once for each region of C that is final (rows [i0, i1) x columns [j0, j1); together
+// they tile C), on the thread that finished it, while it is in that core's cache: a MatMul's
+// epilogue (engine/fusion.hpp MatMulEpilogue). Where a path has no such regions (the blocked
+// product), after the product, over row bands split by the grain policy.
+struct GemmDone {
+  void* obj;
+  void (*call)(void*, std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1);
+  double cost_per_element;  // of the call's work, in engine/parallel.hpp's units
+  void operator()(std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1) const {
+    call(obj, i0, i1, j0, j1);
+  }
+};
+
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch = nullptr,
-                   const GemmKeep* keep = nullptr);
+                   const GemmKeep* keep = nullptr, const GemmDone* done = nullptr);
 
 // Products that share their right operand, C_i = A_i B (C_i m_i x n, A_i m_i x k; up to
 // kMaxGemmParts): the weight gradients a loop hoists over one stacked gradient (h^T dZ and
@@ -114,6 +127,9 @@ std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, st
 // node's (a0, b), the second's (a1, b), then its output; out = the first's output. Null for a
 // dtype without one.
 KernelFn matmul_shared_b_kernel(DType dtype);
+// The cpu kernel of a MatMul with an epilogue (Backend::matmul_epilogue); null for a dtype
+// without one.
+KernelFn matmul_epilogue_kernel(DType dtype);
 
 // The tiled split of parallel_gemm, a function of the shape alone (never of the thread count: a
 // tile's sums depend on its extent in both libraries, so the same inputs give the same bits at

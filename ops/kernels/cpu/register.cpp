@@ -10,6 +10,7 @@ void register_cpu_kernels(Backend& b) {
   kernels::apply_gemm_environment();  // KTAPE_GEMM, before any kernel runs
   kernels::register_reference_all(b);
   b.fuse_elementwise = true;
+  b.matmul_epilogue = &kernels::matmul_epilogue_kernel;
   kernels::register_cpu_matmul(b);
   kernels::register_cpu_elementwise(b);
   kernels::register_cpu_reduce(b);
