@@ -1,5 +1,5 @@
 // cpu MatMul: the project's GEMM (gemm.hpp) over 2-D tiles of the output, with or without an
-// epilogue (a fused pass over each finished tile). SparseDenseMatMul:
+// epilogue (a fused pass over the product, engine/fusion.hpp MatMulEpilogue). SparseDenseMatMul:
 // the output's columns split by the grain policy (each task reads every entry).
 #include <tbb/global_control.h>
 #include <tbb/task_arena.h>
