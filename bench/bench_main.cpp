@@ -103,9 +103,10 @@ void BM_MlpStep(benchmark::State& state) {
   for (std::int64_t i = 0; i < batch; ++i)
     tb.data<std::int32_t>()[i] = static_cast<std::int32_t>(i % 10);
   std::vector<NDArray> ins{xb, tb}, outs;
+  const bool was = ktape::matmul_epilogues_enabled();
   ktape::set_matmul_epilogues(variant != 5);  // the plan is compiled by the first run
   f.run(ins, outs);
-  ktape::set_matmul_epilogues(true);
+  ktape::set_matmul_epilogues(was);
   for (auto _ : state) f.run(ins, outs);
   state.SetItemsProcessed(state.iterations() * batch);
   // Forward and weight-gradient GEMMs of every layer, input gradients of layers 2 and 3.
@@ -297,8 +298,6 @@ void run_update_bench(benchmark::State& state, const ktape::Function& f, FedGrad
   state.SetLabel(update_mode_name(mode));
 }
 
-// One ktape::optimizers::Adam step (Keras 2.2.4 rules: iterations, m, v, the parameter) on the
-// MLP's parameters from fed gradients: the Function of Adam::get_updates and nothing else.
 // One dense layer's weight gradient and SGD update, W -= 0.01 x^T g (x 128 x 784 and g 128 x 256
 // fed, W 784 x 256: the MLP's first layer), with the update run as the product's epilogue or as
 // a pass of its own: <0 epilogue, 1 separate pass>/<threads>.
@@ -312,9 +311,10 @@ void BM_DenseUpdate(benchmark::State& state) {
   std::vector<NDArray> ins{NDArray::full(Shape{128, 784}, 0.5),
                            NDArray::full(Shape{128, 256}, 1e-3)},
       outs;
+  const bool was = ktape::matmul_epilogues_enabled();
   ktape::set_matmul_epilogues(state.range(0) == 0);  // the plan is compiled by the first run
   f.run(ins, outs);
-  ktape::set_matmul_epilogues(true);
+  ktape::set_matmul_epilogues(was);
   for (auto _ : state) f.run(ins, outs);
   ktape::bench::set_flops(state, 2.0 * 128 * 784 * 256);
   state.SetLabel(std::string(state.range(0) == 0 ? "epilogue, " : "separate pass, ") +
@@ -325,6 +325,8 @@ BENCHMARK(BM_DenseUpdate)
     ->Unit(benchmark::kMicrosecond)
     ->Apply(ktape::bench::real_time_min);
 
+// One ktape::optimizers::Adam step (Keras 2.2.4 rules: iterations, m, v, the parameter) on the
+// MLP's parameters from fed gradients: the Function of Adam::get_updates and nothing else.
 void BM_AdamStep(benchmark::State& state) {
   const int mode = static_cast<int>(state.range(0));
   FedGradients fg;

@@ -21,8 +21,9 @@ struct Backend {
   /// chunks and in place (OpDef::elementwise). The reference backend stays one kernel per node,
   /// so it remains the plain oracle.
   bool fuse_elementwise = false;
-  /// The backend's MatMul kernel that also runs a fused pass over each finished region of its
-  /// product (KernelCall::ctx: a MatMulEpilogue, engine/fusion.hpp), for a dtype; null: none.
+  /// The backend's MatMul kernel that also runs a fused pass over its product (band by band as
+  /// the product finishes, or after it) (KernelCall::ctx: a MatMulEpilogue, engine/fusion.hpp), for
+  /// a dtype; null: none.
   KernelFn (*matmul_epilogue)(DType) = nullptr;
   KernelFn kernels[kNumOps][kNumDTypes] = {};
   void set(Op op, DType dt, KernelFn fn) {

@@ -449,13 +449,13 @@ class Compiler {
     return true;
   }
 
-  // 3e. MatMul epilogues: the first fused pass that reads a MatMul's product runs inside the
-  // MatMul (engine/fusion.hpp MatMulEpilogue: on one thread band by band of the product's rows
-  // as their tiles finish, while they are in cache; a weight's update after its gradient, a
-  // dense layer's bias + relu, a relu's gradient). Only a pass that gives the same bits on
-  // any piece of its elements (epilogue_ready), whose inputs are all computed by the MatMul's
-  // place, when no step in between reads or writes what it writes, writes what it reads, runs a
-  // loop body or may throw (the pass may write a variable in place).
+  // 3e. MatMul epilogues: the first pass (fused, or one elementwise step) that reads a MatMul's
+  // product runs inside the MatMul step (engine/fusion.hpp MatMulEpilogue; a weight's update
+  // after its gradient, a dense layer's bias + relu, a relu's gradient). Only a pass that gives
+  // the same bits on any piece of its elements (epilogue_ready), that reads the product whole,
+  // writes neither of its operands, and whose inputs are all computed by the MatMul's place;
+  // and only when no step in between reads or writes what it writes, writes what it reads, runs
+  // a loop body or may throw (the pass may write a variable in place).
   void matmul_epilogues() {
     auto& steps = p_.steps;
     // A buffer: an arena root by its index, a variable's (or other external) storage by address.

@@ -49,8 +49,9 @@ bool is_column_of(const Shape& in, const Shape& out, std::int64_t& inner) {
   return inner > 1;
 }
 
-// Ops whose kernels compute each element with one correctly rounded operation (or an exact
-// one), whatever the range: the same bits on any piece of the elements (MatMulEpilogue).
+// Ops whose cpu kernels compute each element the same way wherever it sits in the range they
+// are given (plain per-element arithmetic; no packets whose tails differ, as Eigen's exp's do):
+// the same bits on any piece of the elements (MatMulEpilogue).
 bool exact_per_element(Op op) {
   switch (op) {
     case Op::Add:

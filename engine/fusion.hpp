@@ -103,11 +103,11 @@ struct FusedProgram {
 // A fused pass run by a MatMul step (step 3e of Function's compile): on one thread over each band
 // of the product's rows as soon as the band is finished, while it is in cache; on more, over the
 // whole product after it (the cpu kernel's choice, ops/kernels/cpu/matmul.cpp). The pass reads
-// the product, and its full operands are (rows, n) like it. KernelCall::ctx of such a
-// step (the cpu backend's Backend::matmul_epilogue kernel); the pass's inputs are the call's
-// in[2..]. Every element is the same bits as the pass run alone: its program is `exact`, with
-// scalar, row and full operands only. As for a fused pass writing a variable in place, a call
-// that fails on allocating its scratch may leave part of such a write done.
+// the product, element for element, and its full operands have the product's elements.
+// KernelCall::ctx of such a step (the cpu backend's Backend::matmul_epilogue kernel); the pass's
+// inputs are the call's in[2..]. Every element is the same bits as the pass run alone: its program
+// is `exact`, with scalar, row and full operands only. As for a fused pass writing a variable in
+// place, a call that fails on allocating its scratch may leave part of such a write done.
 struct MatMulEpilogue {
   std::unique_ptr<FusedProgram> pass;
   const Node* node = nullptr;        // the pass's step's (its last member's), for plan listings

@@ -54,7 +54,7 @@ struct Step {
   // A fused elementwise group (engine/fusion.hpp): the other values it writes, and its program.
   std::vector<int> extra_outs;
   std::unique_ptr<FusedProgram> fused;
-  // A MatMul that runs a fused pass over each finished region of its product (engine/fusion.hpp):
+  // A MatMul that also runs a fused pass over its product (engine/fusion.hpp MatMulEpilogue):
   // the pass's inputs follow the MatMul's two in in_values, its outputs are in extra_outs.
   std::unique_ptr<MatMulEpilogue> epilogue;
 };

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
 #include "ktape/ktape.hpp"
@@ -47,9 +48,13 @@ struct Libraries {
   ~Libraries() { kk::set_gemm_library(saved); }
 };
 
-// f() run in a oneTBB arena of n threads (16 really run 16 threads on a 2-core machine).
+// f() run in a oneTBB arena of n threads, oneTBB's limit raised (or lowered) to n for it, so
+// that 16 threads really run on a 2-core machine. One thread runs an epilogue band by band, more
+// run it after the product (ops/kernels/cpu/matmul.cpp).
 template <class F>
 auto in_threads(int n, F&& f) {
+  const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                  static_cast<std::size_t>(n));
   tbb::task_arena arena(n);
   return arena.execute(std::forward<F>(f));
 }
@@ -87,10 +92,10 @@ std::vector<NDArray> train_mlp(std::int64_t batch, std::int64_t in, std::int64_t
 }  // namespace
 
 TEST(Epilogue, SgdStepsGiveTheUnfusedPlansBitsOnEveryLibraryAndThreadCount) {
-  // (batch, in, hidden): tiles narrower than a row, so that bands of several tiles finish in any
-  // order (the MLP's shapes: the weight gradient's 64 x 64 tiles of 784 x 256, the forward
+  // (batch, in, hidden): tiles narrower than a row, so that a band is final only after several
+  // tiles (the MLP's shapes: the weight gradient's 64 x 64 tiles of 784 x 256, the forward
   // product's 32 x 32 or 64 x 32), a deep weight gradient (batch >= 1024: depth slices, finished
-  // where they are summed), whole-row tiles.
+  // where they are summed), whole-row tiles. One thread runs the epilogues band by band.
   const std::int64_t shapes[][3] = {{128, 784, 256}, {64, 300, 160}, {1100, 40, 48}, {96, 24, 32}};
   Libraries libs;
   for (const auto& s : shapes)
@@ -117,12 +122,16 @@ TEST(Epilogue, SgdStepsGiveTheUnfusedPlansBitsOnEveryLibraryAndThreadCount) {
   // float64, on the default library.
   kk::set_gemm_library(libs.saved);
   const auto want = train_mlp(128, 784, 256, false, 2, nullptr, ktape::DType::float64);
-  std::string plan;
-  const auto got = in_threads(
-      2, [&] { return train_mlp(128, 784, 256, true, 2, &plan, ktape::DType::float64); });
-  EXPECT_EQ(count(plan, "[epilogue:"), 5u) << plan;
-  for (std::size_t k = 0; k < got.size(); ++k)
-    expect_identical(got[k], want[k], "float64, result " + std::to_string(k));
+  for (int threads : {1, 2}) {
+    std::string plan;
+    const auto got = in_threads(
+        threads, [&] { return train_mlp(128, 784, 256, true, 2, &plan, ktape::DType::float64); });
+    EXPECT_EQ(count(plan, "[epilogue:"), 5u) << plan;
+    for (std::size_t k = 0; k < got.size(); ++k)
+      expect_identical(
+          got[k], want[k],
+          "float64, " + std::to_string(threads) + " threads, result " + std::to_string(k));
+  }
 }
 
 TEST(Epilogue, AnUpdateStaysAfterALaterReadOfItsVariable) {
@@ -152,7 +161,8 @@ TEST(Epilogue, AnUpdateStaysAfterALaterReadOfItsVariable) {
 
 TEST(Epilogue, APassNeverWritesAnOperandOfItsProduct) {
   // W <- W - 0.1 A W: the update reads the product A W and writes W, which the product's later
-  // tiles read; run inside the product it would feed them rows already updated.
+  // tiles read; run inside the product band by band (one thread) it would feed them rows
+  // already updated.
   auto run = [](bool fuse, std::string* plan) {
     K::clear_session();
     auto A = K::placeholder({160, 160});
@@ -167,7 +177,7 @@ TEST(Epilogue, APassNeverWritesAnOperandOfItsProduct) {
   for (GemmLibrary lib : libs.all) {
     ASSERT_TRUE(kk::set_gemm_library(lib));
     std::string plan;
-    const NDArray want = run(false, nullptr), got = run(true, &plan);
+    const NDArray want = run(false, nullptr), got = in_threads(1, [&] { return run(true, &plan); });
     expect_identical(got, want, std::string(kk::gemm_library_name(lib)) + "\n" + plan);
     EXPECT_EQ(count(plan, "[epilogue:"), 0u) << plan;
   }
@@ -196,8 +206,9 @@ TEST(Epilogue, APassWaitsForAnInputComputedAfterTheProduct) {
 }
 
 TEST(Epilogue, APassReadingPartOfTheProductStaysOut) {
-  // relu(P + P[0]): the product's first row, a view of it, is a row operand of the pass; a band
-  // run early would read it before the first band is final.
+  // relu(P + P[0]): the product's first row, a view of it, is a row operand of the pass, which
+  // must see the whole product final (bands run out of order would read row 0 too early). Here
+  // one thread finishes the bands in order, so only the plan can show it kept out.
   auto run = [](bool fuse, std::string* plan) {
     K::clear_session();
     auto x = K::placeholder({256, 40});
@@ -230,16 +241,19 @@ TEST(Epilogue, RowOperandsRunOnlyWhereTheirWidthDividesTheProductsRows) {
       if (plan) *plan = f.describe_plan();
       return out[0];
     };
-    std::string plan;
-    const NDArray want = run(false, nullptr), got = in_threads(2, [&] { return run(true, &plan); });
-    expect_identical(got, want, "rows of " + std::to_string(n) + "\n" + plan);
-    EXPECT_EQ(count(plan, "[epilogue:"), n == 64 ? 1u : 0u) << plan;
+    const NDArray want = run(false, nullptr);
+    for (int threads : {1, 2}) {
+      std::string plan;
+      const NDArray got = in_threads(threads, [&] { return run(true, &plan); });
+      expect_identical(got, want, "rows of " + std::to_string(n) + "\n" + plan);
+      EXPECT_EQ(count(plan, "[epilogue:"), n == 64 ? 1u : 0u) << plan;
+    }
   }
 }
 
 TEST(Epilogue, HalfCastsAndALoopsStepGiveTheUnfusedBits) {
-  // A float16 cast in the pass (its kernel splits a chunk over tasks: the pass runs isolated),
-  // at 16 threads; and a simple recurrent step relu(x W + h U), its gradients included.
+  // A float16 cast in the pass (its kernel splits a chunk over tasks), at 16 threads; and a
+  // simple recurrent step relu(x W + h U), its gradients included, at 1 and 16.
   auto cast_run = [](bool fuse) {
     K::clear_session();
     auto x = K::placeholder({K::None, 64});
@@ -247,7 +261,10 @@ TEST(Epilogue, HalfCastsAndALoopsStepGiveTheUnfusedBits) {
     auto f = K::function({x}, {K::cast(K::relu(K::dot(x, W)), "float16")}, {}, {.fuse = fuse});
     return f({ramp(Shape{8, 64}, 1.0, 0.0)})[0];
   };
-  expect_identical(in_threads(16, [&] { return cast_run(true); }), cast_run(false), "float16 cast");
+  const NDArray cast_want = cast_run(false);
+  for (int threads : {1, 16})
+    expect_identical(in_threads(threads, [&] { return cast_run(true); }), cast_want,
+                     "float16 cast at " + std::to_string(threads));
   auto rnn_run = [](bool fuse) {
     K::clear_session();
     auto x = K::placeholder({K::None, 6, 20});
@@ -262,9 +279,13 @@ TEST(Epilogue, HalfCastsAndALoopsStepGiveTheUnfusedBits) {
     auto f = K::function({x}, {r.last_output, g[0], g[1]}, {}, {.fuse = fuse});
     return f({ramp(Shape{64, 6, 20}, 1.0, 0.0)});
   };
-  const auto want = rnn_run(false), got = in_threads(16, [&] { return rnn_run(true); });
-  for (std::size_t k = 0; k < got.size(); ++k)
-    expect_identical(got[k], want[k], "rnn result " + std::to_string(k));
+  const auto want = rnn_run(false);
+  for (int threads : {1, 16}) {
+    const auto got = in_threads(threads, [&] { return rnn_run(true); });
+    for (std::size_t k = 0; k < got.size(); ++k)
+      expect_identical(got[k], want[k],
+                       "rnn result " + std::to_string(k) + " at " + std::to_string(threads));
+  }
 }
 
 TEST(Epilogue, AnOutputComputedByAnEpilogueReachesTheCallersBuffer) {
