@@ -59,6 +59,23 @@ auto in_threads(int n, F&& f) {
   return arena.execute(std::forward<F>(f));
 }
 
+// run(fuse, plan) unfused, then fused in an arena of `threads`: every result the same bits, and
+// `epilogues` epilogues in the fused plan. run returns an NDArray or a vector of them.
+std::vector<NDArray> as_list(NDArray a) { return {std::move(a)}; }
+std::vector<NDArray> as_list(std::vector<NDArray> a) { return a; }
+template <class Run>
+void expect_unfused_bits(Run&& run, int threads, std::size_t epilogues, const std::string& what) {
+  const auto want = as_list(run(false, nullptr));
+  std::string plan;
+  const auto got = as_list(in_threads(threads, [&] { return run(true, &plan); }));
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t k = 0; k < got.size(); ++k)
+    expect_identical(got[k], want[k],
+                     what + ", " + std::to_string(threads) + " threads, result " +
+                         std::to_string(k) + "\n" + plan);
+  EXPECT_EQ(count(plan, "[epilogue:"), epilogues) << what << "\n" << plan;
+}
+
 // A two-layer relu MLP on fresh variables, trained with plain SGD for `steps` steps: the
 // losses, then every parameter.
 std::vector<NDArray> train_mlp(std::int64_t batch, std::int64_t in, std::int64_t hidden, bool fuse,
@@ -152,11 +169,7 @@ TEST(Epilogue, AnUpdateStaysAfterALaterReadOfItsVariable) {
     if (plan) *plan = f.describe_plan();
     return out;
   };
-  std::string plan;
-  const auto want = run(false, nullptr), got = run(true, &plan);
-  for (std::size_t k = 0; k < got.size(); ++k)
-    expect_identical(got[k], want[k], "result " + std::to_string(k) + "\n" + plan);
-  EXPECT_EQ(count(plan, "[epilogue:"), 0u) << plan;
+  for (int threads : {1, 2}) expect_unfused_bits(run, threads, 0, "later read");
 }
 
 TEST(Epilogue, APassNeverWritesAnOperandOfItsProduct) {
@@ -176,10 +189,7 @@ TEST(Epilogue, APassNeverWritesAnOperandOfItsProduct) {
   Libraries libs;
   for (GemmLibrary lib : libs.all) {
     ASSERT_TRUE(kk::set_gemm_library(lib));
-    std::string plan;
-    const NDArray want = run(false, nullptr), got = in_threads(1, [&] { return run(true, &plan); });
-    expect_identical(got, want, std::string(kk::gemm_library_name(lib)) + "\n" + plan);
-    EXPECT_EQ(count(plan, "[epilogue:"), 0u) << plan;
+    expect_unfused_bits(run, 1, 0, kk::gemm_library_name(lib));
   }
 }
 
@@ -199,10 +209,7 @@ TEST(Epilogue, APassWaitsForAnInputComputedAfterTheProduct) {
     if (plan) *plan = f.describe_plan();
     return K::get_value(W);
   };
-  std::string plan;
-  const NDArray want = run(false, nullptr), got = run(true, &plan);
-  expect_identical(got, want, plan);
-  EXPECT_EQ(count(plan, "[epilogue:"), 0u) << plan;
+  for (int threads : {1, 2}) expect_unfused_bits(run, threads, 0, "input after the product");
 }
 
 TEST(Epilogue, APassReadingPartOfTheProductStaysOut) {
@@ -219,10 +226,7 @@ TEST(Epilogue, APassReadingPartOfTheProductStaysOut) {
     if (plan) *plan = f.describe_plan();
     return out[0];
   };
-  std::string plan;
-  const NDArray want = run(false, nullptr), got = in_threads(2, [&] { return run(true, &plan); });
-  expect_identical(got, want, plan);
-  EXPECT_EQ(count(plan, "[epilogue:"), 0u) << plan;
+  for (int threads : {1, 2}) expect_unfused_bits(run, threads, 0, "part of the product");
 }
 
 TEST(Epilogue, RowOperandsRunOnlyWhereTheirWidthDividesTheProductsRows) {
@@ -241,13 +245,8 @@ TEST(Epilogue, RowOperandsRunOnlyWhereTheirWidthDividesTheProductsRows) {
       if (plan) *plan = f.describe_plan();
       return out[0];
     };
-    const NDArray want = run(false, nullptr);
-    for (int threads : {1, 2}) {
-      std::string plan;
-      const NDArray got = in_threads(threads, [&] { return run(true, &plan); });
-      expect_identical(got, want, "rows of " + std::to_string(n) + "\n" + plan);
-      EXPECT_EQ(count(plan, "[epilogue:"), n == 64 ? 1u : 0u) << plan;
-    }
+    for (int threads : {1, 2})
+      expect_unfused_bits(run, threads, n == 64 ? 1 : 0, "rows of " + std::to_string(n));
   }
 }
 

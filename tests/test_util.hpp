@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -83,13 +84,19 @@ inline ktape::NDArray ramp(const ktape::Shape& s, double scale, double offset,
   return a;
 }
 
-// The same shape, dtype and bits (stops at the first element that differs).
+// The same shape, dtype and bits, element by element (so -0 differs from +0 and a NaN matches
+// the same NaN); names the first element that differs.
 inline void expect_identical(const ktape::NDArray& a, const ktape::NDArray& b,
                              const std::string& what) {
   ASSERT_EQ(a.shape(), b.shape()) << what;
   ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  const std::size_t es = ktape::dtype_size(a.dtype());
+  const auto* pa = static_cast<const unsigned char*>(a.raw_data());
+  const auto* pb = static_cast<const unsigned char*>(b.raw_data());
   for (std::int64_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(a.item(i), b.item(i)) << what << " element " << i;
+    ASSERT_EQ(0, std::memcmp(pa + static_cast<std::size_t>(i) * es,
+                             pb + static_cast<std::size_t>(i) * es, es))
+        << what << " element " << i << ": " << a.item(i) << " vs " << b.item(i);
 }
 
 }  // namespace ktape::testing_util

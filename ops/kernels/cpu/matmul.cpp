@@ -56,9 +56,9 @@ template <class T>
 void matmul_epilogue(const KernelCall& c) {
   auto& e = *static_cast<MatMulEpilogue*>(const_cast<void*>(c.ctx));  // the plan's: one call
   const std::int64_t n = c.out.dims[c.out.ndim - 1];
-  if (std::min<std::size_t>(
-          static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()),
-          tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)) > 1) {
+  // (oneTBB's global limit is read under a lock: only when the arena has several threads.)
+  if (tbb::this_task_arena::max_concurrency() > 1 &&
+      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) > 1) {
     matmul<T>(c, e.matmul_ctx, nullptr);
     epilogue_region_done(e, c.in + 2, n, 0, leading_rows(c.out), 0, n);
     return;
