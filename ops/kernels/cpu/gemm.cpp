@@ -198,6 +198,23 @@ void general_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T
   eigen<T>(m, n, k, a, b, c, accumulate);
 }
 
+std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
+  return ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols);
+}
+
+// The first row and column of tile `tile` of split t of an m x n product, in t's order.
+struct TileAt {
+  std::int64_t i0, j0;
+};
+TileAt tile_at(const GemmTiles& t, std::int64_t tile, std::int64_t m, std::int64_t n) {
+  if (t.by_columns) {
+    const std::int64_t tiles_m = (m + t.rows - 1) / t.rows;
+    return {(tile % tiles_m) * t.rows, (tile / tiles_m) * t.cols};
+  }
+  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
+  return {(tile / tiles_n) * t.rows, (tile % tiles_n) * t.cols};
+}
+
 // Partial sum s > 0 of a product whose depth is cut into slices: the (s - 1)-th m x n matrix
 // in `part`, ordered as C is (row-major unless C is column-major).
 template <class T>
@@ -211,9 +228,8 @@ template <class T>
 void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c, T* part,
                 const GemmDone* done = nullptr) {
   if (t.chunks <= 1) return;
-  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
-  parallel_slots(((m + t.rows - 1) / t.rows) * tiles_n, [&](std::int64_t tile) {
-    const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+  parallel_slots(tile_count(t, m, n), [&](std::int64_t tile) {
+    const auto [i0, j0] = tile_at(t, tile, m, n);
     const std::int64_t i1 = std::min(m, i0 + t.rows), j1 = std::min(n, j0 + t.cols);
     for (std::int64_t s = 1; s < t.chunks; ++s) {
       const MatRef<T> p = slice_sum(part, s, m, n, c);
@@ -234,8 +250,7 @@ void add_slices(const GemmTiles& t, std::int64_t m, std::int64_t n, MatRef<T> c,
 void tile_done(const GemmTiles& t, std::int64_t task, std::int64_t m, std::int64_t n,
                const GemmDone* done) {
   if (!done || t.chunks > 1) return;
-  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
-  const std::int64_t i0 = (task / tiles_n) * t.rows, j0 = (task % tiles_n) * t.cols;
+  const auto [i0, j0] = tile_at(t, task, m, n);
   (*done)(i0, std::min(m, i0 + t.rows), j0, std::min(n, j0 + t.cols));
 }
 
@@ -249,8 +264,7 @@ void xsmm_tile(const GemmTiles& t, std::int64_t task, std::int64_t m, std::int64
                std::int64_t k, MatRef<const T> a, MatRef<const T> b, MatRef<T> c, bool accumulate,
                T* part = nullptr) {
   const std::int64_t tile = task / t.chunks, s = task % t.chunks;
-  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
-  const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+  const auto [i0, j0] = tile_at(t, tile, m, n);
   const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
   const std::int64_t depth = xsmm_depth(k);
   const std::int64_t per_slice = ((k + depth - 1) / depth + t.chunks - 1) / t.chunks * depth;
@@ -268,10 +282,6 @@ void xsmm_tile(const GemmTiles& t, std::int64_t task, std::int64_t m, std::int64
     general_gemm<T>(mi, nj, kp, ap, bp, cs, acc, nullptr, 0);
   }
   g_xsmm_tiles.fetch_add(1, std::memory_order_relaxed);
-}
-
-std::int64_t tile_count(const GemmTiles& t, std::int64_t m, std::int64_t n) {
-  return ((m + t.rows - 1) / t.rows) * ((n + t.cols - 1) / t.cols);
 }
 
 // Half of a tile's side, rounded up to a multiple of 16.
@@ -297,6 +307,11 @@ void halve_sides(GemmTiles& t, std::int64_t min_side, std::int64_t target, Tasks
 
 }  // namespace
 
+bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k) {
+  const double a = double(m) * double(k), b = double(k) * double(n), c = double(m) * double(n);
+  return b > a + c;
+}
+
 std::int64_t xsmm_depth(std::int64_t k) {
   constexpr std::int64_t kBlock = 256;
   if (k < kXsmmDeep) return std::max<std::int64_t>(k, 1);
@@ -312,6 +327,7 @@ GemmTiles xsmm_tiles(std::int64_t m, std::int64_t n, std::int64_t k, bool unit_c
   const std::int64_t kMinSide = transposed ? 64 : 32;
   constexpr double kPanelBytes = 256 * 1024;
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
+  t.by_columns = tiles_by_columns(m, n, k);
   if (m <= 0 || n <= 0) return t;  // no tiles (an empty part of products sharing B)
   std::int64_t& along = unit_cols ? t.cols : t.rows;
   const std::int64_t depth = xsmm_depth(k);
@@ -383,6 +399,7 @@ GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k) {
   constexpr std::int64_t kDeep = 1024, kMinChunk = 512, kDeepTasks = 16;
   auto count = [](std::int64_t total, std::int64_t part) { return (total + part - 1) / part; };
   GemmTiles t{std::max<std::int64_t>(m, 1), std::max<std::int64_t>(n, 1)};
+  t.by_columns = tiles_by_columns(m, n, k);
   auto flops = [&](std::int64_t r, std::int64_t c, std::int64_t chunks) {
     return 2.0 * static_cast<double>(r) * static_cast<double>(c) *
            static_cast<double>(count(k, chunks));
@@ -531,12 +548,11 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   }
 #endif
   const GemmTiles t = gemm_tiles(m, n, k);
-  const std::int64_t tiles_n = (n + t.cols - 1) / t.cols;
   const std::int64_t depth = (k + t.chunks - 1) / t.chunks;
   T* const part = slices(t, 0);
   parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
     const std::int64_t tile = task / t.chunks, s = task % t.chunks;
-    const std::int64_t i0 = (tile / tiles_n) * t.rows, j0 = (tile % tiles_n) * t.cols;
+    const auto [i0, j0] = tile_at(t, tile, m, n);
     const std::int64_t mi = std::min(t.rows, m - i0), nj = std::min(t.cols, n - j0);
     const std::int64_t k0 = s * depth, kk = std::min(depth, k - k0);
     const MatRef<const T> as{a.p + i0 * a.rs + k0 * a.cs, a.rs, a.cs};
