@@ -152,10 +152,12 @@ struct GemmTiles {
 // consecutive tasks then read fewer of B's lines, which on several threads are often last
 // written by another core (the weight's update). Otherwise by rows, so that C's row bands
 // (which the next elementwise pass splits by) stay with the thread that wrote them, as an
-// LSTM's gate sums h U do for the cell pass. The order never changes a bit. Measured on two
-// threads of a Xeon VM, BM_MlpStep's MLP at batch 128 with the two orders interleaved in one
-// process (8000 steps): x W1 330 us by columns against 422 by rows, the step 903 us against 985
-// (median); one thread and the LSTM's step unchanged (h U by columns was no faster).
+// LSTM's gate sums h U at batch 128 do for the cell pass. The order never changes a bit. Measured
+// on two threads of a Xeon VM, BM_MlpStep's MLP at batch 128 with the two orders interleaved in
+// one process (8000 steps): x W1 330 us by columns against 422 by rows, the step 903 us against
+// 985 (median). Unchanged: one thread, the MLP at batch 32, the LSTM's step at batch 128 (h U by
+// columns was no faster) and at 32 (where h U and dZ U^T go by columns). On one thread a band of
+// C's rows then finishes with the last column block (MatMul epilogues run band by band there).
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k);
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
