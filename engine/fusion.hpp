@@ -100,9 +100,10 @@ struct FusedProgram {
   std::vector<void*> out_ptrs;  // resolved buffers of the output slots
 };
 
-// A fused pass run by a MatMul step (step 3e of Function's compile): on one thread over each band
-// of the product's rows as soon as the band is finished, while it is in cache; on more, over the
-// whole product after it (the cpu kernel's choice, ops/kernels/cpu/matmul.cpp). The pass reads
+// A fused pass run by a MatMul step (step 3e of Function's compile): over each band of the
+// product's rows as soon as the band is finished, while it is in cache (on one thread, or on
+// several where the product's tiles are whole rows), else over the product's rows after it (the
+// cpu kernel's choice, ops/kernels/cpu/matmul.cpp and gemm.hpp GemmDone). The pass reads
 // the product, element for element, and its full operands have the product's elements.
 // KernelCall::ctx of such a step (the cpu backend's Backend::matmul_epilogue kernel); the pass's
 // inputs are the call's in[2..]. Every element is the same bits as the pass run alone: its program

@@ -49,8 +49,9 @@ struct Libraries {
 };
 
 // f() run in a oneTBB arena of n threads, oneTBB's limit raised (or lowered) to n for it, so
-// that 16 threads really run on a 2-core machine. One thread runs an epilogue band by band, more
-// run it after the product (ops/kernels/cpu/matmul.cpp).
+// that 16 threads really run on a 2-core machine. One thread runs an epilogue band by band; more
+// do so only where the product's tiles are whole rows, else after the product (gemm.hpp
+// GemmDone).
 template <class F>
 auto in_threads(int n, F&& f) {
   const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
@@ -284,6 +285,49 @@ TEST(Epilogue, HalfCastsAndALoopsStepGiveTheUnfusedBits) {
     for (std::size_t k = 0; k < got.size(); ++k)
       expect_identical(got[k], want[k],
                        "rnn result " + std::to_string(k) + " at " + std::to_string(threads));
+  }
+}
+
+TEST(Epilogue, SeveralThreadsRunThePassOnWholeRowTilesAndAfterNarrowerOnes) {
+  // The gradient of sum((relu(x W1 + b) W2)^2) for x: the relu's gradient follows dY W2^T, whose
+  // transposed W2 LIBXSMM's path copies, and whose 64 x 64 tiles are narrower than the 256-wide
+  // rows, so on several threads the pass runs after the product (as the forward bias + relu
+  // does); relu(x V + c) with V 32 x 128 over 256 rows: two tiles of 128 whole rows, each taken
+  // on by the thread that computed it. On every library (BLIS's blocked product and Eigen's
+  // tiles run the pass after the product too), at 2 and 16 threads.
+  Libraries libs;
+  for (GemmLibrary lib : libs.all) {
+    ASSERT_TRUE(kk::set_gemm_library(lib));
+    const std::string name = kk::gemm_library_name(lib);
+    for (int threads : {2, 16}) {
+      expect_unfused_bits(
+          [](bool fuse, std::string* plan) {
+            K::clear_session();
+            auto x = K::placeholder({K::None, 128});
+            auto W1 = K::variable(ramp(Shape{128, 256}, 0.05, 0.01));
+            auto b = K::variable(ramp(Shape{256}, -0.5, 0.004));
+            auto W2 = K::variable(ramp(Shape{256, 128}, -0.2, 0.003));
+            auto h = K::relu(K::dot(x, W1) + b);
+            auto loss = K::sum(K::square(K::dot(h, W2)));
+            auto f = K::function({x}, {K::gradients(loss, {x})[0]}, {}, {.fuse = fuse});
+            auto out = f({ramp(Shape{160, 128}, 1.0, 0.01)})[0];
+            if (plan) *plan = f.describe_plan();
+            return out;
+          },
+          threads, 2, name + ", dY W2^T");
+      expect_unfused_bits(
+          [](bool fuse, std::string* plan) {
+            K::clear_session();
+            auto x = K::placeholder({K::None, 32});
+            auto V = K::variable(ramp(Shape{32, 128}, 0.1, -0.002));
+            auto c = K::variable(ramp(Shape{128}, -0.3, 0.005));
+            auto f = K::function({x}, {K::relu(K::dot(x, V) + c)}, {}, {.fuse = fuse});
+            auto out = f({ramp(Shape{256, 32}, 1.0, 0.02)})[0];
+            if (plan) *plan = f.describe_plan();
+            return out;
+          },
+          threads, 1, name + ", whole-row tiles");
+    }
   }
 }
 

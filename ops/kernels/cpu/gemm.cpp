@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <tbb/global_control.h>
 #include <tbb/task_arena.h>
 
 #include "engine/errors.hpp"
@@ -461,6 +462,32 @@ std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k
   return bytes;
 }
 
+namespace {
+
+// Whether a call may run on several threads: its arena's and oneTBB's global limit (read under a
+// lock: only when the arena has several threads).
+bool several_threads() {
+  return tbb::this_task_arena::max_concurrency() > 1 &&
+         tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) > 1;
+}
+
+// The regions parallel_gemm reports to `done` as they finish: all of them on one thread; on
+// several only whole rows (tiles as wide as C), which the thread that computed them takes on
+// while they are in its cache. Otherwise null, and rows_after reports C after the product.
+const GemmDone* as_finished(const GemmDone* done, const GemmTiles& t, std::int64_t n) {
+  return done && (t.cols >= n || !several_threads()) ? done : nullptr;
+}
+
+// C's rows in bands split by the grain policy, after the product.
+void rows_after(std::int64_t m, std::int64_t n, const GemmDone* done) {
+  if (done)
+    parallel_for(
+        m, static_cast<double>(n) * done->cost_per_element,
+        [&](std::int64_t i0, std::int64_t i1) { (*done)(i0, i1, 0, n); }, 1);
+}
+
+}  // namespace
+
 template <class T>
 void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const T> a,
                    MatRef<const T> b, MatRef<T> c, bool accumulate, void* scratch,
@@ -482,11 +509,13 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
   if (xsmm) {
     const GemmTiles t = xsmm_tiles(m, n, k, c.cs == 1, sizeof(T), xsmm_transposed(a, b, c));
     T* const part = slices(t, 0);
+    const GemmDone* const each = as_finished(done, t, n);
     parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
       xsmm_tile<T>(t, task, m, n, k, a, b, c, accumulate, part);
-      tile_done(t, task, m, n, done);
+      tile_done(t, task, m, n, each);
     });
-    return add_slices<T>(t, m, n, c, part, done);
+    add_slices<T>(t, m, n, c, part, each);
+    return rows_after(m, n, each ? nullptr : done);
   }
   if (xsmm_copies_b<T>(n, k, b, c)) {
     // B copied row-major: into the kept copy of a loop's weight (copied on the run's first
@@ -524,11 +553,13 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
       }
       const MatRef<const T> bc{bt, n, 1};
       T* const part = slices(t, after);
+      const GemmDone* const each = as_finished(done, t, n);
       parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
         xsmm_tile<T>(t, task, m, n, k, a, bc, c, accumulate, part);
-        tile_done(t, task, m, n, done);
+        tile_done(t, task, m, n, each);
       });
-      return add_slices<T>(t, m, n, c, part, done);
+      add_slices<T>(t, m, n, c, part, each);
+      return rows_after(m, n, each ? nullptr : done);
     }
   }
 #if KTAPE_BLIS
@@ -540,16 +571,13 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
         scratch = nullptr;  // not sized for it: the call allocates
     }
     blis::blocked<T>(m, n, k, a, b, c, accumulate, scratch, keep);
-    if (done)  // no final regions inside the blocked product: row bands after it
-      parallel_for(
-          m, static_cast<double>(n) * done->cost_per_element,
-          [&](std::int64_t i0, std::int64_t i1) { (*done)(i0, i1, 0, n); }, 1);
-    return;
+    return rows_after(m, n, done);  // no final regions inside the blocked product
   }
 #endif
   const GemmTiles t = gemm_tiles(m, n, k);
   const std::int64_t depth = (k + t.chunks - 1) / t.chunks;
   T* const part = slices(t, 0);
+  const GemmDone* const each = as_finished(done, t, n);
   parallel_slots(tile_count(t, m, n) * t.chunks, [&](std::int64_t task) {
     const std::int64_t tile = task / t.chunks, s = task % t.chunks;
     const auto [i0, j0] = tile_at(t, tile, m, n);
@@ -560,9 +588,10 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
     const MatRef<T> to = s == 0 ? c : slice_sum(part, s, m, n, c);
     gemm<T>(mi, nj, kk, as, bs, {to.p + i0 * to.rs + j0 * to.cs, to.rs, to.cs},
             s == 0 && accumulate);
-    tile_done(t, task, m, n, done);
+    tile_done(t, task, m, n, each);
   });
-  add_slices<T>(t, m, n, c, part, done);
+  add_slices<T>(t, m, n, c, part, each);
+  rows_after(m, n, each ? nullptr : done);
 }
 
 std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,

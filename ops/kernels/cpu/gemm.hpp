@@ -89,8 +89,12 @@ struct MatMulKeep {
 
 // Called once for each region of C that is final (rows [i0, i1) x columns [j0, j1); together
 // they tile C), on the thread that finished it, while it is in that core's cache: a MatMul's
-// epilogue (engine/fusion.hpp MatMulEpilogue). Where a path has no such regions (the blocked
-// product), after the product, over row bands split by the grain policy.
+// epilogue (engine/fusion.hpp MatMulEpilogue). That is each tile on one thread, and on several
+// only where the tiles are whole rows of C (a band finished by several cores' tiles would be
+// read across cores: two threads of a Xeon VM ran BM_MlpStep at batch 32 in a 10th percentile of
+// 288 us this way against 300 with every epilogue after its product, in one process). Otherwise
+// (and on the blocked product, which has no such regions) after the product, over row bands
+// split by the grain policy.
 struct GemmDone {
   void* obj;
   void (*call)(void*, std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1);

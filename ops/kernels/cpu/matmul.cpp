@@ -1,8 +1,6 @@
 // cpu MatMul: the project's GEMM (gemm.hpp) over 2-D tiles of the output, with or without an
 // epilogue (a fused pass over the product, engine/fusion.hpp MatMulEpilogue). SparseDenseMatMul:
 // the output's columns split by the grain policy (each task reads every entry).
-#include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include "engine/backend.hpp"
 #include "engine/fusion.hpp"
@@ -46,24 +44,17 @@ void matmul_kernel(const KernelCall& c) {
   matmul<T>(c, c.ctx, nullptr);
 }
 
-// MatMul with an epilogue (engine/fusion.hpp MatMulEpilogue): on one thread, the fused pass over
-// each band of the product's rows as soon as the band is finished (its last tile: a product
-// whose tiles go by columns, gemm.hpp tiles_by_columns, finishes its bands at the end); on
-// more, over the whole product after it, split by the grain policy (band by band, the pass cost
-// more than a pass of its own on two threads of a Xeon VM: timing BM_DenseUpdate's step alone,
-// 394 us against 326 + 49; on one thread 499 against 486 + 77). Its inputs follow the
-// product's two.
+// MatMul with an epilogue (engine/fusion.hpp MatMulEpilogue): the fused pass over each band of
+// the product's rows as soon as the band is finished, while it is in cache, where parallel_gemm
+// reports regions as they finish (gemm.hpp GemmDone: on one thread; on several when the tiles
+// are whole rows); otherwise over the product's rows after it, split by the grain policy (a band
+// finished by several threads' tiles cost more than a pass of its own on two threads of a Xeon
+// VM: timing BM_DenseUpdate's step alone, 394 us against 326 + 49; on one thread 499 against
+// 486 + 77). Its inputs follow the product's two.
 template <class T>
 void matmul_epilogue(const KernelCall& c) {
   auto& e = *static_cast<MatMulEpilogue*>(const_cast<void*>(c.ctx));  // the plan's: one call
   const std::int64_t n = c.out.dims[c.out.ndim - 1];
-  // (oneTBB's global limit is read under a lock: only when the arena has several threads.)
-  if (tbb::this_task_arena::max_concurrency() > 1 &&
-      tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism) > 1) {
-    matmul<T>(c, e.matmul_ctx, nullptr);
-    epilogue_region_done(e, c.in + 2, n, 0, leading_rows(c.out), 0, n);
-    return;
-  }
   // Every band starts uncounted, even after a call that threw halfway through.
   for (std::int64_t i = 0, m = leading_rows(c.out); i < m; ++i)
     e.done_columns[i].store(0, std::memory_order_relaxed);
