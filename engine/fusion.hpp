@@ -116,7 +116,7 @@ struct MatMulEpilogue {
   // Per row of the product: how many of its columns are final in this call (cleared when the
   // call starts). The product's regions finish in row bands; the task that completes a band
   // runs the pass over all of it (whole rows: contiguous elements, in the pass's own chunks,
-  // split by the grain policy).
+  // split by the grain policy). A region of whole rows runs at once, uncounted.
   std::unique_ptr<std::atomic<std::int64_t>[]> done_columns;
 };
 // Whether a pass can run as the epilogue of a product with rows of n: exact members, no

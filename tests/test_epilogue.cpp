@@ -1,6 +1,7 @@
 // MatMul epilogues (engine/fusion.hpp MatMulEpilogue, step 3e of Function's compile): an exact
-// elementwise pass that reads a product runs inside the MatMul (on one thread over each band of
-// rows as its tiles finish, on more after the product). A plan with epilogues must give exactly
+// elementwise pass that reads a product runs inside the MatMul (over each band of rows as its
+// tiles finish on one thread, or on more where the tiles are whole rows; else after the product).
+// A plan with epilogues must give exactly
 // the bits of the unfused plan (the same kernels compute the same elements) on every GEMM
 // library and at any thread count, and a pass must stay out of the product when running it
 // early would change what anything reads.
@@ -175,7 +176,7 @@ TEST(Epilogue, AnUpdateStaysAfterALaterReadOfItsVariable) {
 
 TEST(Epilogue, APassNeverWritesAnOperandOfItsProduct) {
   // W <- W - 0.1 A W: the update reads the product A W and writes W, which the product's later
-  // tiles read; run inside the product band by band (one thread) it would feed them rows
+  // tiles read; run inside the product band by band (as on one thread) it would feed them rows
   // already updated.
   auto run = [](bool fuse, std::string* plan) {
     K::clear_session();
@@ -290,11 +291,12 @@ TEST(Epilogue, HalfCastsAndALoopsStepGiveTheUnfusedBits) {
 
 TEST(Epilogue, SeveralThreadsRunThePassOnWholeRowTilesAndAfterNarrowerOnes) {
   // The gradient of sum((relu(x W1 + b) W2)^2) for x: the relu's gradient follows dY W2^T, whose
-  // transposed W2 LIBXSMM's path copies, and whose 64 x 64 tiles are narrower than the 256-wide
-  // rows, so on several threads the pass runs after the product (as the forward bias + relu
-  // does); relu(x V + c) with V 32 x 128 over 256 rows: two tiles of 128 whole rows, each taken
-  // on by the thread that computed it. On every library (BLIS's blocked product and Eigen's
-  // tiles run the pass after the product too), at 2 and 16 threads.
+  // transposed W2 LIBXSMM's path copies, and whose tiles (80 x 64 on LIBXSMM and Eigen) are
+  // narrower than the 256-wide rows, so on several threads the pass runs after the product (as
+  // the forward bias + relu does); relu(x V + c) with V 32 x 128 over 256 rows: two tiles of 128
+  // whole rows (LIBXSMM's and Eigen's), each taken on by the thread that computed it. On every
+  // library (BLIS's blocked product runs the pass after the product), at 2 and 16 threads. (A
+  // CPU without LIBXSMM's vector kernels leaves its copied-B path untested here.)
   Libraries libs;
   for (GemmLibrary lib : libs.all) {
     ASSERT_TRUE(kk::set_gemm_library(lib));
