@@ -68,10 +68,13 @@ namespace {
 const char* backend_name(int i) { return i == 1 ? "reference" : "cpu"; }
 
 // Variants of BM_MlpStep: 0 cpu, 1 reference, 2 cpu without fusion, 3 cpu on Eigen's GEMM,
-// 4 cpu on BLIS's alone, 5 cpu without MatMul epilogues (engine/fusion.hpp).
+// 4 cpu on BLIS's alone, 5 cpu without MatMul epilogues (engine/fusion.hpp), 6 cpu with every
+// product's tiles taken by rows, 7 cpu with every epilogue on several threads after its product
+// (the schedules before session 38: gemm.hpp set_gemm_schedule).
 const char* variant_label(int i) {
   static const char* labels[] = {
-      "cpu", "reference", "cpu unfused", "cpu eigen-gemm", "cpu blis-gemm", "cpu no epilogues"};
+      "cpu",           "reference",        "cpu unfused",       "cpu eigen-gemm",
+      "cpu blis-gemm", "cpu no epilogues", "cpu tiles by rows", "cpu epilogues after"};
   return labels[i];
 }
 
@@ -81,6 +84,7 @@ void BM_MlpStep(benchmark::State& state) {
   const char* be = backend_name(variant);
   const auto limit = ktape::bench::limit_threads(state.range(2));
   const ktape::bench::GemmChoice gemm(variant == 3 ? 1 : variant == 4 ? 2 : 0);
+  const ktape::bench::GemmSchedule schedule(variant != 6, variant != 7);
   auto x = K::placeholder({K::None, 784});
   auto t = K::placeholder({K::None}, {.dtype = "int32"});
   auto glorot = [](std::int64_t a, std::int64_t b, std::uint64_t s) {
@@ -117,7 +121,7 @@ void BM_MlpStep(benchmark::State& state) {
                  ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_MlpStep)
-    ->ArgsProduct({{32, 128}, {0, 3, 4, 5}, {1, 2}})
+    ->ArgsProduct({{32, 128}, {0, 3, 4, 5, 6, 7}, {1, 2}})
     ->ArgsProduct({{32, 128}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);

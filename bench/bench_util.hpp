@@ -44,6 +44,18 @@ inline std::string threads_label(std::int64_t threads) {
                      : "every core";
 }
 
+// Sets the cpu GEMM's schedule (kernels::set_gemm_schedule) while the result lives, then
+// restores the default.
+class GemmSchedule {
+ public:
+  GemmSchedule(bool by_columns, bool whole_rows) {
+    kernels::set_gemm_schedule(by_columns, whole_rows);
+  }
+  ~GemmSchedule() { kernels::set_gemm_schedule(true, true); }
+  GemmSchedule(const GemmSchedule&) = delete;
+  GemmSchedule& operator=(const GemmSchedule&) = delete;
+};
+
 // Selects the cpu GEMM's serial kernels while the result lives: 0 the default (LIBXSMM's and
 // BLIS's when built with them and they have kernels for this CPU), 1 Eigen's, 2 BLIS's alone.
 // Labels the benchmark with it ("xsmm cpx, blis skx").

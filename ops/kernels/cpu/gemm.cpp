@@ -308,9 +308,18 @@ void halve_sides(GemmTiles& t, std::int64_t min_side, std::int64_t target, Tasks
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_by_columns{true}, g_whole_rows{true};
+}  // namespace
+
+void set_gemm_schedule(bool by_columns, bool whole_rows) {
+  g_by_columns.store(by_columns, std::memory_order_relaxed);
+  g_whole_rows.store(whole_rows, std::memory_order_relaxed);
+}
+
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k) {
   const double a = double(m) * double(k), b = double(k) * double(n), c = double(m) * double(n);
-  return b > a + c;
+  return b > a + c && g_by_columns.load(std::memory_order_relaxed);
 }
 
 std::int64_t xsmm_depth(std::int64_t k) {
@@ -475,7 +484,8 @@ bool several_threads() {
 // several only whole rows (tiles as wide as C), which the thread that computed them takes on
 // while they are in its cache. Otherwise null, and rows_after reports C after the product.
 const GemmDone* as_finished(const GemmDone* done, const GemmTiles& t, std::int64_t n) {
-  return done && (t.cols >= n || !several_threads()) ? done : nullptr;
+  const bool whole_rows = t.cols >= n && g_whole_rows.load(std::memory_order_relaxed);
+  return done && (whole_rows || !several_threads()) ? done : nullptr;
 }
 
 // C's rows in bands split by the grain policy, after the product.

@@ -163,6 +163,11 @@ struct GemmTiles {
 // columns was no faster) and at 32 (where h U and dZ U^T go by columns). On one thread a band of
 // C's rows then finishes with the last column block (MatMul epilogues run band by band there).
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k);
+// For benchmarks that compare against the earlier schedules (BM_MlpStep's variants 6 and 7): with
+// `by_columns` false every product takes its tiles by rows; with `whole_rows` false an epilogue
+// on several threads always runs after its product (see GemmDone). Both default to true. Neither
+// changes a bit; set them while no product runs.
+void set_gemm_schedule(bool by_columns, bool whole_rows);
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size);
