@@ -1,10 +1,9 @@
 // MatMul epilogues (engine/fusion.hpp MatMulEpilogue, step 3e of Function's compile): an exact
 // elementwise pass that reads a product runs inside the MatMul (over each band of rows as its
 // tiles finish on one thread, or on more where the tiles are whole rows; else after the product).
-// A plan with epilogues must give exactly
-// the bits of the unfused plan (the same kernels compute the same elements) on every GEMM
-// library and at any thread count, and a pass must stay out of the product when running it
-// early would change what anything reads.
+// A plan with epilogues must give exactly the bits of the unfused plan (the same kernels compute
+// the same elements) on every GEMM library and at any thread count, and a pass must stay out of
+// the product when running it early would change what anything reads.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -91,8 +91,9 @@ struct MatMulKeep {
 // they tile C), on the thread that finished it, while it is in that core's cache: a MatMul's
 // epilogue (engine/fusion.hpp MatMulEpilogue). That is each tile on one thread, and on several
 // only where the tiles are whole rows of C (a band finished by several cores' tiles would be
-// read across cores: two threads of a Xeon VM ran BM_MlpStep at batch 32 in a 10th percentile of
-// 288 us this way against 300 with every epilogue after its product, in one process). Otherwise
+// read across cores; on two threads of a Xeon VM BM_MlpStep/32/0/2 took 0.367 ms this way against
+// 0.388 for /32/7/2, every epilogue after its product: medians of 20 interleaved repetitions).
+// Otherwise
 // (and on the blocked product, which has no such regions) after the product, over row bands
 // split by the grain policy.
 struct GemmDone {
@@ -157,11 +158,12 @@ struct GemmTiles {
 // written by another core (the weight's update). Otherwise by rows, so that C's row bands
 // (which the next elementwise pass splits by) stay with the thread that wrote them, as an
 // LSTM's gate sums h U at batch 128 do for the cell pass. The order never changes a bit. Measured
-// on two threads of a Xeon VM, BM_MlpStep's MLP at batch 128 with the two orders interleaved in
-// one process (8000 steps): x W1 330 us by columns against 422 by rows, the step 903 us against
-// 985 (median). Unchanged: one thread, the MLP at batch 32, the LSTM's step at batch 128 (h U by
-// columns was no faster) and at 32 (where h U and dZ U^T go by columns). On one thread a band of
-// C's rows then finishes with the last column block (MatMul epilogues run band by band there).
+// on two threads of a Xeon VM: BM_MlpStep/128/0/2 against /128/6/2 (every product by rows), 20
+// repetitions interleaved, 0.870 ms against 0.931 (median); per call (a per-step timer) x W1 330
+// us by columns against 422 by rows. Unchanged: one thread, the MLP at batch 32, the LSTM's step
+// at batch 128 (h U by columns was no faster) and at 32 (where h U and dZ U^T go by columns). On
+// one thread a band of C's rows then finishes with the last column block (MatMul epilogues run
+// band by band there).
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k);
 // For benchmarks that compare against the earlier schedules (BM_MlpStep's variants 6 and 7): with
 // `by_columns` false every product takes its tiles by rows; with `whole_rows` false an epilogue
