@@ -1,5 +1,7 @@
-// BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph>/<threads, 0 = every
-// core>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's, 2 BLIS's>: one training step
+// BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph, 2 = the loop with its
+// deep weight-gradient products one after the other (before session 39: gemm.hpp
+// set_gemm_schedule)>/<threads, 0 = every core>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's,
+// 2 BLIS's>: one training step
 // (forward, backward, update) of an LSTM classifier, T = 28 steps of F = 28 features, hidden 128,
 // last output -> dense 10 -> softmax -> sparse categorical crossentropy, plain SGD (lr 0.01,
 // K::update_sub) as BM_TorchLstmStep does. FLOPS: the step's GEMM FLOPs (forward x W and h U,
@@ -24,7 +26,8 @@ using V = std::vector<Tensor>;
 
 void BM_LstmStep(benchmark::State& state) {
   const std::int64_t B = state.range(0), T = 28, F = 28, H = 128;
-  const bool unroll = state.range(1) != 0;
+  const bool unroll = state.range(1) == 1;
+  const ktape::bench::GemmSchedule schedule(true, true, state.range(1) != 2);
   const auto limit = ktape::bench::limit_threads(state.range(2));
   const ktape::bench::GemmChoice gemm(state.range(3));
   K::clear_session();
@@ -69,11 +72,14 @@ void BM_LstmStep(benchmark::State& state) {
   const double per_step = 2.0 * static_cast<double>(B * 4 * H) *
                           (2.0 * static_cast<double>(F + H) + static_cast<double>(H));
   ktape::bench::set_flops(state, per_step * static_cast<double>(T));
-  state.SetLabel(std::string(unroll ? "unrolled" : "symbolic loop") + ", " + gemm.name() + ", " +
-                 ktape::bench::threads_label(state.range(2)));
+  state.SetLabel(std::string(unroll                ? "unrolled"
+                             : state.range(1) == 2 ? "symbolic loop, parts one after the other"
+                                                   : "symbolic loop") +
+                 ", " + gemm.name() + ", " + ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_LstmStep)
     ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{32, 128}, {2}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

@@ -48,10 +48,10 @@ inline std::string threads_label(std::int64_t threads) {
 // restores the default.
 class GemmSchedule {
  public:
-  GemmSchedule(bool by_columns, bool whole_rows) {
-    kernels::set_gemm_schedule(by_columns, whole_rows);
+  GemmSchedule(bool by_columns, bool whole_rows, bool parts_together = true) {
+    kernels::set_gemm_schedule(by_columns, whole_rows, parts_together);
   }
-  ~GemmSchedule() { kernels::set_gemm_schedule(true, true); }
+  ~GemmSchedule() { kernels::set_gemm_schedule(true, true, true); }
   GemmSchedule(const GemmSchedule&) = delete;
   GemmSchedule& operator=(const GemmSchedule&) = delete;
 };

@@ -773,6 +773,43 @@ TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
   }
 }
 
+// Deep parts cut alike on LIBXSMM (an LSTM's h^T dZ and x^T dZ: each part's rows one tile, the
+// same column tiles and depth slices) run side by side, each task taking its tile and slice for
+// every part: against the oracle (an empty part among them; 64-column tiles), and each C_i the
+// same bits as parallel_gemm gives that part alone, at 1, 2 and 16 threads (hidden 128, batch
+// 128 over 12 steps: 256-column tiles in three slices).
+TEST(Gemm, DeepPartsCutAlikeGiveEachPartsOwnBits) {
+  const std::vector<GemmLibrary> libs = libraries();
+  if (std::find(libs.begin(), libs.end(), GemmLibrary::xsmm) == libs.end())
+    GTEST_SKIP() << "built without LIBXSMM's kernels for this CPU";
+  check_shared_b<float>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
+  check_shared_b<double>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
+  const UseLibrary use(GemmLibrary::xsmm);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const std::int64_t m0 = 128, m1 = 28, n = 512, k = 1536;
+  std::vector<float> a0(k * m0), a1(k * m1), b(k * n);  // A^T stored (k x m), as a loop stacks h
+  for (auto* v : {&a0, &a1, &b})
+    for (auto& x : *v) x = u(rng);
+  for (int threads : {1, 2, 16}) {
+    const tbb::global_control limit(tbb::global_control::max_allowed_parallelism,
+                                    static_cast<std::size_t>(threads));
+    tbb::task_arena arena(threads);
+    std::vector<float> c0(m0 * n), c1(m1 * n), alone0(m0 * n), alone1(m1 * n);
+    const ktape::kernels::GemmPart<float> parts[] = {{m0, {a0.data(), 1, m0}, {c0.data(), n, 1}},
+                                                     {m1, {a1.data(), 1, m1}, {c1.data(), n, 1}}};
+    arena.execute([&] {
+      ktape::kernels::parallel_gemm_shared_b<float>(parts, 2, n, k, {b.data(), n, 1});
+      ktape::kernels::parallel_gemm<float>(m0, n, k, {a0.data(), 1, m0}, {b.data(), n, 1},
+                                           {alone0.data(), n, 1}, false);
+      ktape::kernels::parallel_gemm<float>(m1, n, k, {a1.data(), 1, m1}, {b.data(), n, 1},
+                                           {alone1.data(), n, 1}, false);
+    });
+    EXPECT_EQ(c0, alone0) << threads << " threads";
+    EXPECT_EQ(c1, alone1) << threads << " threads";
+  }
+}
+
 TEST(Gemm, TasksTakingEachOthersUnitsRunEveryUnitOnce) {
   // Products of one depth block (k <= 200 is one block for every BLIS kernel set), whose tasks
   // take the last units of other tasks' cells once their own are done: at thread counts that

@@ -309,12 +309,13 @@ void halve_sides(GemmTiles& t, std::int64_t min_side, std::int64_t target, Tasks
 }  // namespace
 
 namespace {
-std::atomic<bool> g_by_columns{true}, g_whole_rows{true};
+std::atomic<bool> g_by_columns{true}, g_whole_rows{true}, g_parts_together{true};
 }  // namespace
 
-void set_gemm_schedule(bool by_columns, bool whole_rows) {
+void set_gemm_schedule(bool by_columns, bool whole_rows, bool parts_together) {
   g_by_columns.store(by_columns, std::memory_order_relaxed);
   g_whole_rows.store(whole_rows, std::memory_order_relaxed);
+  g_parts_together.store(parts_together, std::memory_order_relaxed);
 }
 
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k) {
@@ -446,19 +447,31 @@ bool use_blocked(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 }  // namespace
 
+namespace {
+
+// The most LIBXSMM's depth slices of an m x n x k product take, for any strides of the operands.
+std::size_t xsmm_slice_bytes(std::int64_t m, std::int64_t n, std::int64_t k,
+                             std::size_t elem_size) {
+  std::size_t bytes = 0;
+  if (m > 0 && n > 0 && xsmm_usable())
+    for (const bool unit_cols : {false, true})
+      for (const bool transposed : {false, true}) {
+        const GemmTiles t = xsmm_tiles(m, n, k, unit_cols, elem_size, transposed);
+        bytes = std::max(bytes, static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size);
+      }
+  return bytes;
+}
+
+}  // namespace
+
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size) {
   if (m <= 0 || n <= 0) return 0;
   auto slices = [&](const GemmTiles& t) {
     return static_cast<std::size_t>((t.chunks - 1) * m * n) * elem_size;
   };
-  std::size_t bytes = slices(gemm_tiles(m, n, k)), xsmm_slices = 0;
-  if (xsmm_usable())  // LIBXSMM's depth slices, for any strides of the operands
-    for (const bool unit_cols : {false, true})
-      for (const bool transposed : {false, true})
-        xsmm_slices =
-            std::max(xsmm_slices, slices(xsmm_tiles(m, n, k, unit_cols, elem_size, transposed)));
-  bytes = std::max(bytes, xsmm_slices);
+  const std::size_t xsmm_slices = xsmm_slice_bytes(m, n, k, elem_size);
+  std::size_t bytes = std::max(slices(gemm_tiles(m, n, k)), xsmm_slices);
   if (xsmm_copy_fits(n, k, elem_size))  // B copied row-major (xsmm_copies_b), then the slices
     bytes = std::max(bytes, 64 + static_cast<std::size_t>(n * k) * elem_size + xsmm_slices);
 #if KTAPE_BLIS
@@ -606,9 +619,12 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 
 std::size_t parallel_gemm_shared_b_scratch(const std::int64_t* ms, int count, std::int64_t n,
                                            std::int64_t k, std::size_t elem_size) {
-  std::size_t bytes = 0;
-  for (int s = 0; s < count; ++s)
+  std::size_t bytes = 0, sums = 0;
+  for (int s = 0; s < count; ++s) {
     bytes = std::max(bytes, parallel_gemm_scratch(ms[s], n, k, elem_size));
+    sums += xsmm_slice_bytes(ms[s], n, k, elem_size);  // deep parts cut alike, side by side
+  }
+  bytes = std::max(bytes, sums);
 #if KTAPE_BLIS
   if (blis::has_kernels())  // either path may run, as in parallel_gemm_scratch
     bytes = std::max(bytes, 64 + (elem_size == sizeof(float)
@@ -659,6 +675,43 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
       } else {
         parallel_slots(first[count], run);
       }
+      return;
+    }
+    // Deep parts cut alike (each part's rows one tile; the same columns and depth slices): a
+    // task runs its tile's slice for every part, so the panel of B the first part reads from
+    // memory is in cache for the others. The same tiles and sums as each part alone.
+    int ref = -1;
+    for (int s = 0; s < count; ++s)
+      if (ms[s] > 0 && ref < 0) ref = s;
+    bool alike = ref >= 0 && g_parts_together.load(std::memory_order_relaxed);
+    std::size_t sums = 0;  // the parts' partial sums, one after another
+    for (int s = 0; s < count && alike; ++s) {
+      if (ms[s] == 0) continue;
+      alike = t[s].rows >= ms[s] && t[s].cols == t[ref].cols && t[s].chunks == t[ref].chunks &&
+              t[s].by_columns == t[ref].by_columns;
+      sums += static_cast<std::size_t>((t[s].chunks - 1) * ms[s] * n);
+    }
+    if (alike) {
+      std::vector<T> own;
+      T* part = static_cast<T*>(scratch);
+      if (part == nullptr) {
+        own.resize(sums);
+        part = own.data();
+      }
+      T* parts_sums[kMaxGemmParts];
+      std::size_t at = 0;
+      for (int s = 0; s < count; ++s) {
+        parts_sums[s] = part + at;
+        if (ms[s] > 0) at += static_cast<std::size_t>((t[s].chunks - 1) * ms[s] * n);
+      }
+      const GemmTiles& tr = t[ref];
+      parallel_slots(tile_count(tr, ms[ref], n) * tr.chunks, [&](std::int64_t task) {
+        for (int s = 0; s < count; ++s)
+          if (ms[s] > 0)
+            xsmm_tile<T>(t[s], task, ms[s], n, k, parts[s].a, b, parts[s].c, false, parts_sums[s]);
+      });
+      for (int s = 0; s < count; ++s)
+        if (ms[s] > 0) add_slices<T>(t[s], ms[s], n, parts[s].c, parts_sums[s]);
       return;
     }
   }

@@ -113,8 +113,12 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 // Products that share their right operand, C_i = A_i B (C_i m_i x n, A_i m_i x k; up to
 // kMaxGemmParts): the weight gradients a loop hoists over one stacked gradient (h^T dZ and
 // x^T dZ). With BLIS's kernels, one blocked product whose packs of B serve every part (B is
-// read and packed once, not once per product); otherwise each as parallel_gemm runs it. Every
-// C_i is the same bits at any thread count. `scratch` holds
+// read and packed once, not once per product). On LIBXSMM's, every part's tiles in one parallel
+// region; deep parts cut alike (each part's rows one tile, the same columns and depth slices)
+// run each task's tile and slice for every part in turn, so that the first part brings B's
+// panel into cache for the others; other deep parts one after the other. Otherwise each as
+// parallel_gemm runs it. Every C_i is the same bits as parallel_gemm gives it, at any thread
+// count. `scratch` holds
 // parallel_gemm_shared_b_scratch(...) bytes aligned for T, or is null and the call allocates.
 constexpr int kMaxGemmParts = 4;
 template <class T>
@@ -165,11 +169,13 @@ struct GemmTiles {
 // one thread a band of C's rows then finishes with the last column block (MatMul epilogues run
 // band by band there).
 bool tiles_by_columns(std::int64_t m, std::int64_t n, std::int64_t k);
-// For benchmarks that compare against the earlier schedules (BM_MlpStep's variants 6 and 7): with
-// `by_columns` false every product takes its tiles by rows; with `whole_rows` false an epilogue
-// on several threads always runs after its product (see GemmDone). Both default to true. Neither
-// changes a bit; set them while no product runs.
-void set_gemm_schedule(bool by_columns, bool whole_rows);
+// For benchmarks that compare against the earlier schedules (BM_MlpStep's variants 6 and 7,
+// BM_LstmStep's 2): with `by_columns` false every product takes its tiles by rows; with
+// `whole_rows` false an epilogue on several threads always runs after its product (see
+// GemmDone); with `parts_together` false deep products sharing B run one after the other (see
+// parallel_gemm_shared_b). All default to true. None changes a bit; set them while no product
+// runs.
+void set_gemm_schedule(bool by_columns, bool whole_rows, bool parts_together = true);
 GemmTiles gemm_tiles(std::int64_t m, std::int64_t n, std::int64_t k);
 std::size_t parallel_gemm_scratch(std::int64_t m, std::int64_t n, std::int64_t k,
                                   std::size_t elem_size);
