@@ -1,13 +1,13 @@
 // BM_LstmStep/<batch>/<0 = K::rnn symbolic loop (Scan), 1 = unrolled graph, 2 = the loop with its
 // deep weight-gradient products one after the other (before session 39: gemm.hpp
-// set_gemm_schedule)>/<threads, 0 = every core>/<0 default GEMM (LIBXSMM + BLIS), 1 Eigen's,
-// 2 BLIS's>: one training step
-// (forward, backward, update) of an LSTM classifier, T = 28 steps of F = 28 features, hidden 128,
-// last output -> dense 10 -> softmax -> sparse categorical crossentropy, plain SGD (lr 0.01,
-// K::update_sub) as BM_TorchLstmStep does. FLOPS: the step's GEMM FLOPs (forward x W and h U,
-// their weight gradients and the gradient for h: about 1.6 GFLOP at batch 128) / time. The cell is
-// the K:: step function of examples/common/rnn_model.cpp: gates = x W (F x 4H) + h U (H x 4H) + b,
-// cut with K::slice.
+// set_gemm_schedule), 3 = the loop with its buffers on 4 KB pages (before session 39:
+// engine/arena.hpp set_huge_pages)>/<threads, 0 = every core>/<0 default GEMM (LIBXSMM + BLIS), 1
+// Eigen's, 2 BLIS's>: one training step (forward, backward, update) of an LSTM classifier, T = 28
+// steps of F = 28 features, hidden 128, last output -> dense 10 -> softmax -> sparse categorical
+// crossentropy, plain SGD (lr 0.01, K::update_sub) as BM_TorchLstmStep does. FLOPS: the step's GEMM
+// FLOPs (forward x W and h U, their weight gradients and the gradient for h: about 1.6 GFLOP at
+// batch 128) / time. The cell is the K:: step function of examples/common/rnn_model.cpp: gates = x
+// W (F x 4H) + h U (H x 4H) + b, cut with K::slice.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -28,6 +28,7 @@ void BM_LstmStep(benchmark::State& state) {
   const std::int64_t B = state.range(0), T = 28, F = 28, H = 128;
   const bool unroll = state.range(1) == 1;
   const ktape::bench::GemmSchedule schedule(true, true, state.range(1) != 2);
+  const ktape::bench::SmallPages pages(state.range(1) == 3);
   const auto limit = ktape::bench::limit_threads(state.range(2));
   const ktape::bench::GemmChoice gemm(state.range(3));
   K::clear_session();
@@ -74,12 +75,13 @@ void BM_LstmStep(benchmark::State& state) {
   ktape::bench::set_flops(state, per_step * static_cast<double>(T));
   state.SetLabel(std::string(unroll                ? "unrolled"
                              : state.range(1) == 2 ? "symbolic loop, parts one after the other"
+                             : state.range(1) == 3 ? "symbolic loop, 4 KB pages"
                                                    : "symbolic loop") +
                  ", " + gemm.name() + ", " + ktape::bench::threads_label(state.range(2)));
 }
 BENCHMARK(BM_LstmStep)
     ->ArgsProduct({{32, 128}, {0, 1}, {1, 2}, {0, 1, 2}})
-    ->ArgsProduct({{32, 128}, {2}, {1, 2}, {0}})
+    ->ArgsProduct({{32, 128}, {2, 3}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->Apply(ktape::bench::real_time_min);
 

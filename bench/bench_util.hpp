@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/arena.hpp"
 #include "ops/kernels/cpu/gemm.hpp"
 
 namespace ktape::bench {
@@ -54,6 +55,23 @@ class GemmSchedule {
   ~GemmSchedule() { kernels::set_gemm_schedule(true, true, true); }
   GemmSchedule(const GemmSchedule&) = delete;
   GemmSchedule& operator=(const GemmSchedule&) = delete;
+};
+
+// Maps large buffers on 4 KB pages (ktape::set_huge_pages(false)) while the result lives, then
+// restores the default; buffers allocated meanwhile keep their pages.
+class SmallPages {
+ public:
+  explicit SmallPages(bool on) : on_(on) {
+    if (on_) set_huge_pages(false);
+  }
+  ~SmallPages() {
+    if (on_) set_huge_pages(true);
+  }
+  SmallPages(const SmallPages&) = delete;
+  SmallPages& operator=(const SmallPages&) = delete;
+
+ private:
+  bool on_;
 };
 
 // Selects the cpu GEMM's serial kernels while the result lives: 0 the default (LIBXSMM's and

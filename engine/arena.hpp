@@ -32,6 +32,11 @@ struct ArenaBlock {
   std::size_t offset = 0;  // set by place_blocks
 };
 
+// For benchmarks that compare against 4 KB pages (BM_LstmStep's variant 3): with `on` false,
+// aligned_buffer (engine/ndarray.hpp) no longer maps large blocks on huge pages. Default true;
+// buffers already allocated keep their pages.
+void set_huge_pages(bool on);
+
 // Sets every block's offset and returns the bytes the arena needs: the smaller of two plans,
 // first fit in step order (blocks starting at a step, in the order given, taken before those
 // ending there are freed) and largest first (each block at the lowest offset clear of the

@@ -1,6 +1,9 @@
 #include "engine/ndarray.hpp"
 
+#include <sys/mman.h>
 #include <sys/sysinfo.h>
+
+#include <atomic>
 
 #include <cmath>
 #include <cstdint>
@@ -8,6 +11,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "engine/arena.hpp"
 #include "engine/saturate.hpp"
 
 namespace ktape {
@@ -32,6 +36,35 @@ std::size_t memory_limit() {
                                std::to_string(bytes >> 20) + " MiB): " + why);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define KTAPE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KTAPE_ASAN 1
+#endif
+#endif
+#ifdef KTAPE_ASAN
+constexpr bool kMapHuge = false;  // ASan's redzones around allocator blocks catch overflows
+#else
+constexpr bool kMapHuge = true;
+#endif
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+constexpr std::size_t kHugeFrom = std::size_t{4} << 20;  // the least block mapped on huge pages
+std::atomic<bool> g_huge_pages{true};
+
+// `rounded` bytes mapped on their own, from a 2 MiB boundary, advised as transparent huge pages
+// (MADV_HUGEPAGE: Debian's default THP mode, "madvise", gives them only to advised memory).
+// Anonymous pages are zero. Null when the kernel refuses the mapping.
+std::shared_ptr<void> huge_page_buffer(std::size_t rounded) {
+  const std::size_t len = (rounded + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+  void* map = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED) return nullptr;
+  const auto at = (reinterpret_cast<std::uintptr_t>(map) + kHugePage - 1) & ~(kHugePage - 1);
+  void* p = reinterpret_cast<void*>(at);
+  (void)madvise(p, len - kHugePage, MADV_HUGEPAGE);  // best effort: 4 KB pages otherwise
+  return std::shared_ptr<void>(p, [map, len](void*) { munmap(map, len); });  // unmaps if it throws
+}
+
 }  // namespace
 
 std::size_t array_bytes(const Shape& shape, DType dtype, const char* where) {
@@ -47,6 +80,8 @@ std::size_t array_bytes(const Shape& shape, DType dtype, const char* where) {
   return static_cast<std::size_t>(bytes);
 }
 
+void set_huge_pages(bool on) { g_huge_pages.store(on, std::memory_order_relaxed); }
+
 std::shared_ptr<void> aligned_buffer(std::size_t bytes) {
   if (bytes > PTRDIFF_MAX - 128) exhausted(bytes, "larger than any object");
   const std::size_t rounded = bytes == 0 ? 64 : ((bytes + 63) / 64) * 64;
@@ -55,6 +90,8 @@ std::shared_ptr<void> aligned_buffer(std::size_t bytes) {
     exhausted(bytes,
               ("more than this machine's " + std::to_string(limit >> 20) + " MiB of RAM and swap")
                   .c_str());
+  if (kMapHuge && rounded >= kHugeFrom && g_huge_pages.load(std::memory_order_relaxed))
+    if (auto p = huge_page_buffer(rounded)) return p;
   // calloc: zero pages of large blocks come from the kernel untouched. Over-allocate by 64 to
   // align by hand.
   void* raw = std::calloc(1, rounded + 64);

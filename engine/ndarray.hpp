@@ -96,7 +96,9 @@ std::size_t array_bytes(const Shape& shape, DType dtype, const char* where = "ND
 /// Allocates `bytes` (rounded up to 64), zero-filled and aligned to 64 bytes; freed by the
 /// returned pointer. ResourceExhaustedError naming the bytes when the machine cannot give them:
 /// a request above its RAM + swap is refused without trying (so an overcommitting kernel never
-/// hands out memory that would be killed on first touch).
+/// hands out memory that would be killed on first touch). 4 MiB or more are mapped from a
+/// 2 MiB boundary and advised as transparent huge pages (not under ASan): a Function's arena
+/// (an LSTM loop's stored gates, 22 MB at batch 128) is then walked with far fewer TLB misses.
 std::shared_ptr<void> aligned_buffer(std::size_t bytes);
 
 }  // namespace ktape

@@ -3,7 +3,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 
+#include "engine/arena.hpp"
 #include "ktape/ktape.hpp"
 
 namespace K = ktape::backend;
@@ -72,6 +76,51 @@ TEST(NDArray, ConstructionAndAccess) {
   EXPECT_EQ(bools.item(1), 1.0);
   NDArray h = NDArray::from_values({1.5}, Shape{}, DType::float16);
   EXPECT_EQ(h.item(0), 1.5);
+}
+
+namespace {
+
+// The VmFlags of the mapping of this process holding `p` (/proc/self/smaps), or "" if none.
+std::string vm_flags_of(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= at && at < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+}  // namespace
+
+// Buffers of 4 MiB or more (a Function's arena, a dataset) are mapped from a 2 MiB boundary and
+// advised as transparent huge pages (VmFlags "hg", MADV_HUGEPAGE), and read as zeros; smaller
+// ones, and every one while ktape::set_huge_pages(false) holds, are left to the allocator.
+TEST(NDArray, LargeBuffersAreAdvisedAsHugePages) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under ASan large buffers stay with the allocator (its redzones)";
+#endif
+  const NDArray big(Shape{1 << 20, 2}, DType::float32);  // 8 MiB
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.raw_data()) % (std::uintptr_t{2} << 20), 0u);
+  EXPECT_NE(vm_flags_of(big.raw_data()).find(" hg"), std::string::npos)
+      << vm_flags_of(big.raw_data());
+  const float* v = big.data<float>();
+  for (std::int64_t i = 0; i < big.size(); i += 4093) ASSERT_EQ(v[i], 0.0f) << i;
+  EXPECT_EQ(v[big.size() - 1], 0.0f);
+  const NDArray small(Shape{1 << 18}, DType::float32);  // 1 MiB
+  EXPECT_EQ(vm_flags_of(small.raw_data()).find(" hg"), std::string::npos);
+  ktape::set_huge_pages(false);
+  const NDArray plain(Shape{1 << 20, 2}, DType::float32);
+  ktape::set_huge_pages(true);
+  EXPECT_EQ(vm_flags_of(plain.raw_data()).find(" hg"), std::string::npos);
 }
 
 TEST(Tape, IdsAreTopologicalAndPureNodesAreShared) {
