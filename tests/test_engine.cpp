@@ -108,6 +108,8 @@ TEST(NDArray, LargeBuffersAreAdvisedAsHugePages) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under ASan large buffers stay with the allocator (its redzones)";
 #endif
+  if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
+    GTEST_SKIP() << "a kernel without transparent huge pages";
   const NDArray big(Shape{1 << 20, 2}, DType::float32);  // 8 MiB
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.raw_data()) % (std::uintptr_t{2} << 20), 0u);
   EXPECT_NE(vm_flags_of(big.raw_data()).find(" hg"), std::string::npos)
