@@ -4,7 +4,6 @@
 #include <sys/sysinfo.h>
 
 #include <atomic>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>

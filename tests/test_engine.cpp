@@ -107,6 +107,10 @@ std::string vm_flags_of(const void* p) {
 TEST(NDArray, LargeBuffersAreAdvisedAsHugePages) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "under ASan large buffers stay with the allocator (its redzones)";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  GTEST_SKIP() << "under ASan large buffers stay with the allocator (its redzones)";
+#endif
 #endif
   if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
     GTEST_SKIP() << "a kernel without transparent huge pages";
@@ -119,9 +123,14 @@ TEST(NDArray, LargeBuffersAreAdvisedAsHugePages) {
   EXPECT_EQ(v[big.size() - 1], 0.0f);
   const NDArray small(Shape{1 << 18}, DType::float32);  // 1 MiB
   EXPECT_EQ(vm_flags_of(small.raw_data()).find(" hg"), std::string::npos);
-  ktape::set_huge_pages(false);
-  const NDArray plain(Shape{1 << 20, 2}, DType::float32);
-  ktape::set_huge_pages(true);
+  struct SmallPages {
+    SmallPages() { ktape::set_huge_pages(false); }
+    ~SmallPages() { ktape::set_huge_pages(true); }
+  };
+  const NDArray plain = [] {
+    const SmallPages small_pages;
+    return NDArray(Shape{1 << 20, 2}, DType::float32);
+  }();
   EXPECT_EQ(vm_flags_of(plain.raw_data()).find(" hg"), std::string::npos);
 }
 

@@ -775,13 +775,29 @@ TEST(Gemm, ProductsSharingAnOperandMatchTheOracle) {
 
 // Deep parts cut alike on LIBXSMM (an LSTM's h^T dZ and x^T dZ: each part's rows one tile, the
 // same column tiles and depth slices) run side by side, each task taking its tile and slice for
-// every part: against the oracle (an empty part among them; 64-column tiles), and each C_i the
-// same bits as parallel_gemm gives that part alone, at 1, 2 and 16 threads (hidden 128, batch
-// 128 over 12 steps: 256-column tiles in three slices).
+// every part: against the oracle (an empty part among them; 64-column tiles in two slices), and
+// each C_i the same bits as parallel_gemm gives that part alone, at 1, 2 and 16 threads (hidden
+// 128, batch 128 over 12 steps: 128-column tiles in three slices). The shapes are first checked
+// to be cut alike, so that the test keeps reaching that path.
 TEST(Gemm, DeepPartsCutAlikeGiveEachPartsOwnBits) {
   const std::vector<GemmLibrary> libs = libraries();
   if (std::find(libs.begin(), libs.end(), GemmLibrary::xsmm) == libs.end())
     GTEST_SKIP() << "built without LIBXSMM's kernels for this CPU";
+  auto expect_alike = [](std::int64_t m0, std::int64_t m1, std::int64_t n, std::int64_t k,
+                         std::size_t elem_size) {
+    const ktape::kernels::GemmTiles t0 =
+        ktape::kernels::xsmm_tiles(m0, n, k, true, elem_size, true);
+    const ktape::kernels::GemmTiles t1 =
+        ktape::kernels::xsmm_tiles(m1, n, k, true, elem_size, true);
+    EXPECT_GE(t0.rows, m0);
+    EXPECT_GE(t1.rows, m1);
+    EXPECT_EQ(t0.cols, t1.cols);
+    EXPECT_EQ(t0.chunks, t1.chunks);
+    EXPECT_GT(t0.chunks, 1);
+  };
+  expect_alike(64, 28, 256, 1101, sizeof(float));
+  expect_alike(64, 28, 256, 1101, sizeof(double));
+  expect_alike(128, 28, 512, 1536, sizeof(float));
   check_shared_b<float>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
   check_shared_b<double>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
   const UseLibrary use(GemmLibrary::xsmm);

@@ -649,8 +649,9 @@ void parallel_gemm_shared_b(const GemmPart<T>* parts, int count, std::int64_t n,
     m += ms[s];
   }
   // On LIBXSMM's kernels: every part's tiles in one parallel region (nothing is packed, so the
-  // parts share no work), unless a part is deep enough to cut its depth into slices (then each
-  // part as parallel_gemm runs it, one after the other, reusing the scratch).
+  // parts share no work), unless a part is deep enough to cut its depth into slices (then deep
+  // parts cut alike run side by side, below; others each as parallel_gemm runs it, one after the
+  // other, reusing the scratch).
   bool xsmm = n > 0 && k > 0;
   for (int s = 0; s < count; ++s) xsmm = xsmm && xsmm_takes<T>(parts[s].a, b, parts[s].c);
   if (xsmm) {

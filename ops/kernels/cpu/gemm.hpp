@@ -113,13 +113,13 @@ void parallel_gemm(std::int64_t m, std::int64_t n, std::int64_t k, MatRef<const 
 // Products that share their right operand, C_i = A_i B (C_i m_i x n, A_i m_i x k; up to
 // kMaxGemmParts): the weight gradients a loop hoists over one stacked gradient (h^T dZ and
 // x^T dZ). With BLIS's kernels, one blocked product whose packs of B serve every part (B is
-// read and packed once, not once per product). On LIBXSMM's, every part's tiles in one parallel
-// region; deep parts cut alike (each part's rows one tile, the same columns and depth slices)
-// run each task's tile and slice for every part in turn, so that the first part brings B's
-// panel into cache for the others; other deep parts one after the other. Otherwise each as
-// parallel_gemm runs it. Every C_i is the same bits as parallel_gemm gives it, at any thread
-// count. `scratch` holds
-// parallel_gemm_shared_b_scratch(...) bytes aligned for T, or is null and the call allocates.
+// read and packed once, not once per product). On LIBXSMM's: parts one slice deep, every
+// part's tiles in one parallel region; deep parts cut alike (each part's rows one tile, the same
+// columns and depth slices), each task's tile and slice for every part in turn, so that the
+// first part brings B's panel into cache for the others; other deep parts one after the other.
+// Otherwise each as parallel_gemm runs it. Every C_i is the same bits as parallel_gemm gives it,
+// at any thread count. `scratch` holds parallel_gemm_shared_b_scratch(...) bytes aligned for T,
+// or is null and the call allocates.
 constexpr int kMaxGemmParts = 4;
 template <class T>
 struct GemmPart {
