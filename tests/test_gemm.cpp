@@ -798,6 +798,7 @@ TEST(Gemm, DeepPartsCutAlikeGiveEachPartsOwnBits) {
   expect_alike(64, 28, 256, 1101, sizeof(float));
   expect_alike(64, 28, 256, 1101, sizeof(double));
   expect_alike(128, 28, 512, 1536, sizeof(float));
+  expect_alike(128, 28, 512, 28 * 128, sizeof(float));  // BM_LstmStep's at batch 128
   check_shared_b<float>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
   check_shared_b<double>(GemmLibrary::xsmm, {64, 0, 28}, 256, 1101, true, false, false, false);
   const UseLibrary use(GemmLibrary::xsmm);
